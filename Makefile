@@ -1,0 +1,44 @@
+# RAWP master relay. `make run` starts the master; `make test` checks everything.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+UV_VERSION := 0.13.9
+export UV_PROJECT_ENVIRONMENT := $(VENV)
+PACKAGES := protocol relay conformance rawp
+
+.PHONY: setup run test lint typecheck pytest bench schemas clean
+
+$(STAMP): pyproject.toml uv.lock
+	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "Python 3.11 or newer is needed (PY=$(PY))"; exit 1; }
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	$(BIN)/uv sync --frozen --inexact --all-extras --quiet
+	@touch $@
+
+setup: $(STAMP)
+
+run: setup
+	$(BIN)/rawp serve $(ARGS)
+
+test: lint typecheck pytest
+
+lint: setup
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+
+typecheck: setup
+	$(BIN)/mypy
+
+pytest: setup
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+bench: setup
+	$(BIN)/python -m bench $(ARGS)
+
+schemas: setup
+	$(BIN)/rawp schemas --out schemas
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,112 @@
+"""Bytes in, frames out; frames in, bytes out. Decoders and encoders are built once.
+
+* :func:`decode` parses one WebSocket message into a typed frame (or a :class:`GenericFrame`
+  for an unknown type marked ``metadata.ignorable``), raising :class:`InvalidFrame` or
+  :class:`UnknownType` with a message a person can act on.
+* :func:`stamp` adds the master's ``seq`` and ``sender`` to the sender's *original* bytes, so
+  unknown keys travel untouched (notes §3) and the frame is encoded exactly once.
+* :func:`encode` serialises frames the master or a library builds itself.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import uuid
+from typing import Any, Final
+
+import msgspec
+
+from .errors import InvalidFrame, UnknownType
+from .frames import AnyFrame, Frame, GenericFrame, Metadata, Sender
+
+__all__ = [
+    "SYNTHETIC",
+    "decode",
+    "decode_object",
+    "encode",
+    "encode_json",
+    "new_message_id",
+    "now",
+    "stamp",
+]
+
+_any_decoder: Final = msgspec.json.Decoder(AnyFrame)
+_generic_decoder: Final = msgspec.json.Decoder(GenericFrame)
+_dict_decoder: Final = msgspec.json.Decoder(dict[str, Any])
+_encoder: Final = msgspec.json.Encoder()
+
+SYNTHETIC: Final = Metadata(synthetic=True)
+
+
+def decode(data: bytes | str) -> Frame | GenericFrame:
+    """Decode one envelope. Raises :class:`InvalidFrame` or :class:`UnknownType`."""
+    try:
+        frame: Frame = _any_decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        if text.startswith("Invalid value") and text.endswith("at `$.type`"):
+            return _decode_unknown(data, text)
+        raise InvalidFrame(_explain(text)) from None
+    except msgspec.DecodeError as exc:
+        raise InvalidFrame(f"not a JSON object: {exc}") from None
+    return frame
+
+
+def _decode_unknown(data: bytes | str, text: str) -> GenericFrame:
+    try:
+        generic = _generic_decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise InvalidFrame(_explain(str(exc))) from None
+    if generic.metadata is not None and generic.metadata.ignorable:
+        return generic
+    raise UnknownType(
+        f"unknown frame type {generic.type!r}; set metadata.ignorable to true to have "
+        "it relayed untouched"
+    )
+
+
+def _explain(text: str) -> str:
+    """Turn msgspec's message into one that names the field in the envelope's terms."""
+    return text.replace("`$.", "`").replace("`$`", "the envelope")
+
+
+def decode_object(data: bytes | str) -> dict[str, Any]:
+    """Decode a JSON object into a plain dict (slow path; tools and tests)."""
+    return _dict_decoder.decode(data)
+
+
+def encode(frame: Frame | GenericFrame) -> bytes:
+    """Encode a frame the caller built (compact JSON)."""
+    return _encoder.encode(frame)
+
+
+def encode_json(value: Any) -> bytes:
+    """Encode any msgspec-supported value (compact JSON)."""
+    return _encoder.encode(value)
+
+
+def stamp(raw: bytes, frame: Frame | GenericFrame, seq: int, sender: Sender) -> bytes:
+    """Return ``raw`` with the master's ``seq`` and ``sender`` set (notes §3).
+
+    Fast path: the sender sent neither key (they are ignored on input), so both are appended
+    to the original bytes. Otherwise the object is re-encoded without the sender's values.
+    """
+    tail = b',"seq":%d,"sender":%s}' % (seq, _encoder.encode(sender))
+    if frame.seq is None and frame.sender is None:
+        body = raw.rstrip()
+        return body[:-1] + tail
+    obj = _dict_decoder.decode(raw)
+    obj.pop("seq", None)
+    obj.pop("sender", None)
+    return _encoder.encode(obj)[:-1] + tail
+
+
+def new_message_id() -> str:
+    """A fresh message id (UUID v4)."""
+    return str(uuid.uuid4())
+
+
+def now() -> _dt.datetime:
+    """The current time, UTC, millisecond precision (RFC 3339 on the wire)."""
+    t = _dt.datetime.now(_dt.UTC)
+    return t.replace(microsecond=t.microsecond // 1000 * 1000)

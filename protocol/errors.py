@@ -1,0 +1,232 @@
+"""Every error RAWP code raises, in one hierarchy.
+
+Each protocol error knows the ``session.error`` code it is answered with (notes §14) and
+whether it is fatal; each handshake error knows its WebSocket close code::
+
+    RawpError
+    ├── ProtocolError                 answered with session.error {error_code, fatal}
+    │   ├── InvalidFrame              invalid_frame        (not JSON, wrong shape, bad format)
+    │   ├── UnknownType               unknown_type         (and metadata.ignorable not set)
+    │   ├── UnsupportedData           unsupported_data     (binary WebSocket message)
+    │   ├── NotAllowed                not_allowed          (credential or session state forbids it)
+    │   ├── RateLimited               rate_limited
+    │   ├── StoreUnavailable          store_unavailable    (the frame could not be made durable)
+    │   ├── VersionUnsupported        version_unsupported
+    │   └── StateViolation            the session state machine refused the frame (notes §6)
+    │       ├── TurnStateError        turn_state
+    │       ├── BlockStateError       block_state
+    │       ├── ToolPairingError      tool_pairing
+    │       ├── InteractionStateError interaction_state
+    │       ├── DirectionError        direction
+    │       └── UsageMissing          usage_missing        (a warning: the frame is still processed)
+    ├── HandshakeError                closes the WebSocket with close_code
+    │   ├── MalformedHello            4400
+    │   ├── BadCredential             4401
+    │   ├── Forbidden                 4403
+    │   ├── NoSuchSession             4404
+    │   ├── HelloTimeout              4408
+    │   ├── ClientAttached            4409
+    │   ├── SessionGone               4410
+    │   └── ProtocolVersionMismatch   4426
+    └── StoreError                    raised by store backends
+        ├── StoreUnavailableError     the backend cannot be reached
+        └── FormatVersionError        data written by a newer build (seed 004: "upgrade")
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "BadCredential",
+    "BlockStateError",
+    "ClientAttached",
+    "DirectionError",
+    "Forbidden",
+    "FormatVersionError",
+    "HandshakeError",
+    "HelloTimeout",
+    "InteractionStateError",
+    "InvalidFrame",
+    "MalformedHello",
+    "NoSuchSession",
+    "NotAllowed",
+    "ProtocolError",
+    "ProtocolVersionMismatch",
+    "RateLimited",
+    "RawpError",
+    "SessionGone",
+    "StateViolation",
+    "StoreError",
+    "StoreUnavailable",
+    "StoreUnavailableError",
+    "ToolPairingError",
+    "TurnStateError",
+    "UnknownType",
+    "UnsupportedData",
+    "UsageMissing",
+    "VersionUnsupported",
+]
+
+
+class RawpError(Exception):
+    """Base of every error raised by RAWP code."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ProtocolError(RawpError):
+    """A frame the master refuses; answered with ``session.error``."""
+
+    code: ClassVar[str] = "invalid_frame"
+    fatal: ClassVar[bool] = False
+
+
+class InvalidFrame(ProtocolError):
+    """Not JSON, not an envelope, or a field of the wrong shape or format."""
+
+    code = "invalid_frame"
+
+
+class UnknownType(ProtocolError):
+    """A ``type`` this implementation does not know, without ``metadata.ignorable``."""
+
+    code = "unknown_type"
+
+
+class UnsupportedData(ProtocolError):
+    """A binary WebSocket message (RAWP frames are UTF-8 JSON text)."""
+
+    code = "unsupported_data"
+
+
+class NotAllowed(ProtocolError):
+    """The credential or the session's state does not allow this frame."""
+
+    code = "not_allowed"
+
+
+class RateLimited(ProtocolError):
+    """The connection sends faster than its limits."""
+
+    code = "rate_limited"
+
+
+class StoreUnavailable(ProtocolError):
+    """The frame could not be made durable; nothing was logged or relayed."""
+
+    code = "store_unavailable"
+
+
+class VersionUnsupported(ProtocolError):
+    """The stored session was written in a format this build cannot read."""
+
+    code = "version_unsupported"
+
+
+class StateViolation(ProtocolError):
+    """The session state machine refused the frame (notes §6)."""
+
+
+class TurnStateError(StateViolation):
+    """Turn open/closed/index/id rule broken."""
+
+    code = "turn_state"
+
+
+class BlockStateError(StateViolation):
+    """Text or thinking delta/done rule broken."""
+
+    code = "block_state"
+
+
+class ToolPairingError(StateViolation):
+    """Tool result without its request, duplicate call id, or turn end with calls unresolved."""
+
+    code = "tool_pairing"
+
+
+class InteractionStateError(StateViolation):
+    """Interaction response without a pending request."""
+
+    code = "interaction_state"
+
+
+class DirectionError(StateViolation):
+    """A frame the sender's role may not send."""
+
+    code = "direction"
+
+
+class UsageMissing(StateViolation):
+    """§7.5.2: the frame after a turn end was not ``session.usage``. A warning only."""
+
+    code = "usage_missing"
+
+
+class HandshakeError(RawpError):
+    """The connection cannot be attached; closed with :attr:`close_code`."""
+
+    close_code: ClassVar[int] = 4400
+
+
+class MalformedHello(HandshakeError):
+    """The first frame was not a valid ``connection.hello``."""
+
+    close_code = 4400
+
+
+class BadCredential(HandshakeError):
+    """Unknown, expired or revoked credential."""
+
+    close_code = 4401
+
+
+class Forbidden(HandshakeError):
+    """The credential is valid but may not do this (role, session, workspace, origin)."""
+
+    close_code = 4403
+
+
+class NoSuchSession(HandshakeError):
+    """The session does not exist and the hello did not ask to create it."""
+
+    close_code = 4404
+
+
+class HelloTimeout(HandshakeError):
+    """No hello within the handshake timeout."""
+
+    close_code = 4408
+
+
+class ClientAttached(HandshakeError):
+    """Another client is attached to the session."""
+
+    close_code = 4409
+
+
+class SessionGone(HandshakeError):
+    """The session was deleted."""
+
+    close_code = 4410
+
+
+class ProtocolVersionMismatch(HandshakeError):
+    """``protocol_version`` is not 1.0.x."""
+
+    close_code = 4426
+
+
+class StoreError(RawpError):
+    """Raised by store backends."""
+
+
+class StoreUnavailableError(StoreError):
+    """The backend cannot be reached; the operation did not happen."""
+
+
+class FormatVersionError(StoreError):
+    """The stored data was written by a newer build of the store format: upgrade."""

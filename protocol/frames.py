@@ -1,0 +1,711 @@
+"""RAWP frames: the envelope (notes §3) and every frame type (RAWP 1.0.2 §7, notes §4).
+
+Each frame type is one msgspec Struct tagged on ``type``. The envelope fields live on the
+common base :class:`Frame`; the payload is a per-type Struct. Unknown keys are ignored on
+decode (forward compatibility, notes §3): the relay forwards the sender's original bytes, so
+nothing is lost by ignoring them here.
+
+Unions per direction:
+
+* :data:`ClientFrame` — what a client (agent runtime) may send;
+* :data:`EdgeFrame` — what an edge (UI) may send;
+* :data:`MasterFrame` — what the master originates;
+* :data:`AnyFrame` — every known type (what a participant's socket is decoded with, so a frame
+  of the wrong direction is answered ``direction`` rather than ``unknown_type``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Annotated, Any, Final, Literal, TypeAlias
+
+from msgspec import Meta, Raw, Struct, field
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "SUBPROTOCOL",
+    "Ack",
+    "AckPayload",
+    "AgentState",
+    "AgentStatePayload",
+    "AnyFrame",
+    "BufferGrant",
+    "BufferRequest",
+    "BufferStatus",
+    "Cancel",
+    "CancelPayload",
+    "ClientFrame",
+    "Compacted",
+    "CompactedPayload",
+    "ContextWindow",
+    "CostUsage",
+    "CreateSpec",
+    "Deleted",
+    "DeletedPayload",
+    "EdgeFrame",
+    "Frame",
+    "GenericFrame",
+    "Hello",
+    "HelloPayload",
+    "History",
+    "HistoryPayload",
+    "InteractionRequest",
+    "InteractionRequestPayload",
+    "InteractionResponse",
+    "InteractionResponsePayload",
+    "MasterFrame",
+    "MessageUsage",
+    "Metadata",
+    "Presence",
+    "PresencePayload",
+    "PreservedElements",
+    "Received",
+    "Renamed",
+    "RenamedPayload",
+    "Resume",
+    "Role",
+    "Sender",
+    "SessionError",
+    "SessionErrorPayload",
+    "SessionInfo",
+    "TextDelta",
+    "TextDeltaPayload",
+    "TextDone",
+    "TextDonePayload",
+    "ThinkingDelta",
+    "ThinkingDeltaPayload",
+    "ThinkingDone",
+    "ThinkingDonePayload",
+    "TokenUsage",
+    "ToolRequest",
+    "ToolRequestPayload",
+    "ToolResult",
+    "ToolResultPayload",
+    "TurnEnd",
+    "TurnEndPayload",
+    "TurnStart",
+    "TurnStartPayload",
+    "Usage",
+    "UsagePayload",
+    "UserMessage",
+    "UserMessagePayload",
+    "Welcome",
+    "WelcomePayload",
+    "frame_types",
+]
+
+PROTOCOL_VERSION: Final = "1.0.2"
+SUBPROTOCOL: Final = "rawp.1"
+
+# --- constrained scalar types ------------------------------------------------------------
+
+_UUID4 = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-4[0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}$"
+# ISO 8601: a date-time, or a duration such as "PT4H30M" (§7.3.1 time_to_reset).
+_ISO8601 = (
+    r"^(\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?"
+    r"|P(?!$)(\d+(\.\d+)?Y)?(\d+(\.\d+)?M)?(\d+(\.\d+)?W)?(\d+(\.\d+)?D)?"
+    r"(T(?=\d)(\d+(\.\d+)?H)?(\d+(\.\d+)?M)?(\d+(\.\d+)?S)?)?)$"
+)
+
+NonEmpty = Annotated[str, Meta(min_length=1, max_length=256)]
+Id = Annotated[str, Meta(min_length=1, max_length=256, description="An opaque identifier.")]
+Uuid4 = Annotated[str, Meta(pattern=_UUID4, description="A UUID version 4.")]
+Count = Annotated[int, Meta(ge=0)]
+Seq = Annotated[int, Meta(ge=0, description="A position in the session log (dense, from 1).")]
+Timestamp = Annotated[_dt.datetime, Meta(tz=True, description="RFC 3339 date-time with offset.")]
+Iso8601 = Annotated[str, Meta(pattern=_ISO8601, description="ISO 8601 date-time or duration.")]
+Utilization = Annotated[float, Meta(ge=0.0, le=1.0)]
+JsonObject = dict[str, Any]
+
+Role = Literal["client", "edge"]
+SenderRole = Literal["client", "edge", "master"]
+Policy = Literal["RING", "DROP", "NONE"]
+
+
+class _Payload(Struct, kw_only=True, omit_defaults=True):
+    """Base of every payload: keyword-only, defaults omitted on encode."""
+
+
+# --- envelope ----------------------------------------------------------------------------
+
+
+class Sender(Struct, kw_only=True):
+    """Who sent a frame; stamped by the master on delivery (notes §3, §15.2)."""
+
+    role: SenderRole
+    participant_id: Id
+
+
+class Metadata(Struct, kw_only=True, omit_defaults=True):
+    """Envelope metadata. Other keys are allowed and relayed untouched."""
+
+    synthetic: bool = False
+    ignorable: bool = False
+
+
+class Frame(Struct, tag_field="type", kw_only=True, omit_defaults=True):
+    """The envelope shared by every frame (notes §3)."""
+
+    message_id: Id
+    session_id: Id
+    timestamp: Timestamp
+    seq: Seq | None = None
+    sender: Sender | None = None
+    metadata: Metadata | None = None
+
+    @property
+    def type(self) -> str:
+        """The frame's ``type`` tag."""
+        return str(self.__struct_config__.tag)
+
+    @property
+    def synthetic(self) -> bool:
+        """True for frames made by §7.8.1 finalization."""
+        return self.metadata is not None and self.metadata.synthetic
+
+
+class GenericFrame(Struct, kw_only=True):
+    """Any envelope, payload kept raw: used for unknown (``ignorable``) types."""
+
+    type: NonEmpty
+    message_id: Id
+    session_id: Id
+    timestamp: Timestamp
+    payload: Raw = field(default_factory=lambda: Raw(b"{}"))
+    seq: Seq | None = None
+    sender: Sender | None = None
+    metadata: Metadata | None = None
+
+    @property
+    def synthetic(self) -> bool:
+        """Unknown types are never synthetic."""
+        return False
+
+
+# --- connection.* (notes §4, §5) ----------------------------------------------------------
+
+
+class Resume(Struct, kw_only=True, omit_defaults=True):
+    """Where a reattaching participant's view ends: it has every seq up to ``last_seq``."""
+
+    last_seq: Seq
+    last_message_id: str | None = None
+
+
+class BufferRequest(Struct, kw_only=True):
+    """The reattach buffer a participant asks for (capped by the server)."""
+
+    policy: Policy
+    capacity_bytes: Count
+
+
+class BufferGrant(Struct, kw_only=True):
+    """The reattach buffer the master granted."""
+
+    policy: Policy
+    capacity_bytes: Count
+
+
+class CreateSpec(_Payload):
+    """Create the session if it does not exist (client only; idempotent)."""
+
+    name: str | None = None
+    agent_id: str | None = None
+    parent_session_id: str | None = None
+
+
+class HelloPayload(_Payload):
+    """First frame of every connection."""
+
+    protocol_version: NonEmpty
+    role: Role
+    token: NonEmpty
+    participant_id: Id | None = None
+    resume: Resume | None = None
+    buffer: BufferRequest | None = None
+    create: CreateSpec | None = None
+
+
+class SessionInfo(Struct, kw_only=True):
+    """The session as the welcome describes it."""
+
+    session_id: Id
+    name: str
+    status: Literal["idle", "running", "requires_action", "terminated"]
+    head_seq: Seq
+    epoch: str
+    created_at: Timestamp
+
+
+class Received(Struct, kw_only=True):
+    """The last frame the master committed from this participant."""
+
+    last_message_id: str | None = None
+
+
+class WelcomePayload(_Payload):
+    """The master's answer to a valid hello."""
+
+    participant_id: Id
+    generation: Count
+    resumed: bool
+    session: SessionInfo
+    reattach_window_ms: Count
+    heartbeat_interval_ms: Count
+    max_frame_bytes: Count
+    buffer: BufferGrant
+    received: Received | None = None
+
+
+class AckPayload(_Payload):
+    """Cumulative acknowledgement of every seq up to ``last_seq``."""
+
+    last_seq: Seq
+
+
+class PresencePayload(_Payload):
+    """A participant attached, detached or expired."""
+
+    participant_id: Id
+    role: Role
+    state: Literal["attached", "detached", "expired"]
+
+
+# --- §7.1 history -----------------------------------------------------------------------
+
+
+class BufferStatus(_Payload):
+    """§7.1.1 buffer_status."""
+
+    policy_applied: Policy
+    truncated: bool
+    lost_frame_count: Count | None = None
+    buffer_high_watermark: Count | None = None
+
+
+class HistoryPayload(_Payload):
+    """§7.1.1 session.history. Each element of ``frames`` is a complete envelope."""
+
+    frames: list[Raw]
+    buffer_status: BufferStatus
+    last_sync_timestamp: Timestamp
+    last_message_id: str
+
+
+# --- §7.2 compaction ---------------------------------------------------------------------
+
+
+class PreservedElements(_Payload):
+    """§7.2.1 preserved_elements."""
+
+    files_modified: list[str] | None = None
+    decisions_made: list[str] | None = None
+    errors_encountered: list[str] | None = None
+    active_todos: list[JsonObject] | None = None
+
+
+class CompactedPayload(_Payload):
+    """§7.2.1 session.compacted."""
+
+    summary: str
+    previous_token_count: Count
+    current_token_count: Count
+    trigger: Literal["auto", "manual", "requested"]
+    preserved_elements: PreservedElements | None = None
+
+
+# --- §7.3 usage --------------------------------------------------------------------------
+
+
+class TokenUsage(_Payload):
+    """§7.3.1 token_usage."""
+
+    input_tokens: Count
+    output_tokens: Count
+    cache_read_tokens: Count | None = None
+    cache_write_tokens: Count | None = None
+    thinking_tokens: Count | None = None
+
+
+class CostUsage(_Payload):
+    """§7.3.1 cost_usage; ``limit`` -1 means unlimited."""
+
+    limit: Annotated[float, Meta(ge=-1)]
+    used: Annotated[float, Meta(ge=0)]
+    unit: NonEmpty
+
+
+class MessageUsage(_Payload):
+    """§7.3.1 message_usage; ``limit`` -1 means unlimited."""
+
+    limit: Annotated[int, Meta(ge=-1)]
+    used: Count
+    unit: NonEmpty
+
+
+class ContextWindow(_Payload):
+    """§7.3.1 context_window."""
+
+    capacity: Count | None = None
+    used: Count | None = None
+    utilization: Utilization | None = None
+
+
+class UsagePayload(_Payload):
+    """§7.3.1 session.usage."""
+
+    token_usage: TokenUsage
+    cost_usage: CostUsage
+    message_usage: MessageUsage
+    time_to_reset: Iso8601
+    turn_id: str | None = None
+    context_window: ContextWindow | None = None
+
+
+# --- §7.4 errors -------------------------------------------------------------------------
+
+
+class SessionErrorPayload(_Payload):
+    """§7.4.1 session.error; ``lost_frame_count`` accompanies ``history_truncated``."""
+
+    error_code: NonEmpty
+    message: str
+    fatal: bool
+    lost_frame_count: Count | None = None
+
+
+# --- §7.5 turns --------------------------------------------------------------------------
+
+StopReason = Literal[
+    "end_turn", "max_tokens", "cancelled", "error", "tool_use", "awaiting_input", "disconnected"
+]
+
+
+class TurnStartPayload(_Payload):
+    """§7.5.1 session.turn.start."""
+
+    turn_id: Uuid4
+    turn_index: Count
+    mode: str | None = None
+
+
+class TurnEndPayload(_Payload):
+    """§7.5.2 session.turn.end; ``disconnected`` only ever appears on synthetic frames."""
+
+    turn_id: NonEmpty
+    stop_reason: StopReason
+    tool_invocation_count: Count | None = None
+
+
+# --- §7.6 / §7.7 rename and delete -------------------------------------------------------
+
+
+class RenamedPayload(_Payload):
+    """§7.6.1 session.renamed."""
+
+    session_id: Id
+    name: Annotated[str, Meta(max_length=200)]
+    renamed_by: SenderRole
+    previous_name: str | None = None
+
+
+class DeletedPayload(_Payload):
+    """§7.7.1 session.deleted."""
+
+    session_id: Id
+    reason: Literal["user_request", "master_request", "timeout", "error"]
+    deleted_by: Literal["edge", "client", "master", "system"]
+
+
+# --- agent, tool, interaction, user and control frames (notes §4) ------------------------
+
+
+class AgentStatePayload(_Payload):
+    """What the agent is doing."""
+
+    state: Literal["idle", "thinking", "tool_calling", "responding", "awaiting_input"]
+
+
+class TextDeltaPayload(_Payload):
+    """A piece of streamed text."""
+
+    block_id: Id
+    delta: str
+
+
+class TextDonePayload(_Payload):
+    """A text block is complete; ``text`` is optional (the concatenated deltas)."""
+
+    block_id: Id
+    text: str | None = None
+
+
+class ThinkingDeltaPayload(_Payload):
+    """A piece of streamed thinking."""
+
+    block_id: Id
+    delta: str
+
+
+class ThinkingDonePayload(_Payload):
+    """A thinking block is complete."""
+
+    block_id: Id
+
+
+class ToolRequestPayload(_Payload):
+    """The agent calls a tool."""
+
+    call_id: Id
+    tool_name: NonEmpty
+    input: JsonObject
+
+
+class ToolResultPayload(_Payload):
+    """The result of one tool call."""
+
+    call_id: Id
+    status: Literal["ok", "error", "cancelled"]
+    output: Any = None
+
+
+class InteractionRequestPayload(_Payload):
+    """The agent waits for a person (confirmation, choice or free input)."""
+
+    interaction_id: Id
+    kind: Literal["confirmation", "choice", "input"]
+    prompt: str
+    options: list[Any] | None = None
+
+
+class InteractionResponsePayload(_Payload):
+    """An edge answers one pending interaction."""
+
+    interaction_id: Id
+    response: Any
+
+
+class UserMessagePayload(_Payload):
+    """User input from an edge; starts work for the agent."""
+
+    text: str
+
+
+class CancelPayload(_Payload):
+    """An edge asks the client to stop the current turn."""
+
+    turn_id: str | None = None
+
+
+# --- the frame types ---------------------------------------------------------------------
+
+
+class Hello(Frame, tag="connection.hello"):
+    """First frame on every connection (C, E)."""
+
+    payload: HelloPayload
+
+
+class Welcome(Frame, tag="connection.welcome"):
+    """The master accepts a hello (M)."""
+
+    payload: WelcomePayload
+
+
+class Ack(Frame, tag="connection.ack"):
+    """Cumulative acknowledgement (C, E)."""
+
+    payload: AckPayload
+
+
+class Presence(Frame, tag="session.presence"):
+    """Presence change of one participant (M)."""
+
+    payload: PresencePayload
+
+
+class History(Frame, tag="session.history"):
+    """§7.1.1 (C→M after reattach; M→C/E as the backlog)."""
+
+    payload: HistoryPayload
+
+
+class TurnStart(Frame, tag="session.turn.start"):
+    """§7.5.1 (C)."""
+
+    payload: TurnStartPayload
+
+
+class TurnEnd(Frame, tag="session.turn.end"):
+    """§7.5.2 (C; M when finalizing or cleaning up)."""
+
+    payload: TurnEndPayload
+
+
+class Usage(Frame, tag="session.usage"):
+    """§7.3.1 (C; M may send totals)."""
+
+    payload: UsagePayload
+
+
+class Compacted(Frame, tag="session.compacted"):
+    """§7.2.1 (C)."""
+
+    payload: CompactedPayload
+
+
+class Renamed(Frame, tag="session.renamed"):
+    """§7.6.1 (C, E, M)."""
+
+    payload: RenamedPayload
+
+
+class Deleted(Frame, tag="session.deleted"):
+    """§7.7.1 (M; from C/E a delete request)."""
+
+    payload: DeletedPayload
+
+
+class SessionError(Frame, tag="session.error"):
+    """§7.4.1 (C, E, M)."""
+
+    payload: SessionErrorPayload
+
+
+class AgentState(Frame, tag="agent.state"):
+    """Agent activity (C; M when finalizing)."""
+
+    payload: AgentStatePayload
+
+
+class TextDelta(Frame, tag="agent.text.delta"):
+    """Streamed text (C)."""
+
+    payload: TextDeltaPayload
+
+
+class TextDone(Frame, tag="agent.text.done"):
+    """Text block complete (C; M when finalizing)."""
+
+    payload: TextDonePayload
+
+
+class ThinkingDelta(Frame, tag="agent.thinking.delta"):
+    """Streamed thinking (C)."""
+
+    payload: ThinkingDeltaPayload
+
+
+class ThinkingDone(Frame, tag="agent.thinking.done"):
+    """Thinking block complete (C; M when finalizing)."""
+
+    payload: ThinkingDonePayload
+
+
+class ToolRequest(Frame, tag="tool.invoke.request"):
+    """Tool call (C)."""
+
+    payload: ToolRequestPayload
+
+
+class ToolResult(Frame, tag="tool.invoke.result"):
+    """Tool result (C; M when finalizing or cleaning up)."""
+
+    payload: ToolResultPayload
+
+
+class InteractionRequest(Frame, tag="agent.interaction.request"):
+    """The agent asks a person (C)."""
+
+    payload: InteractionRequestPayload
+
+
+class InteractionResponse(Frame, tag="control.interaction.response"):
+    """A person answers (E)."""
+
+    payload: InteractionResponsePayload
+
+
+class UserMessage(Frame, tag="user.message"):
+    """User input (E)."""
+
+    payload: UserMessagePayload
+
+
+class Cancel(Frame, tag="control.cancel"):
+    """Cancel the current turn (E)."""
+
+    payload: CancelPayload
+
+
+ClientFrame: TypeAlias = (
+    Hello
+    | Ack
+    | History
+    | TurnStart
+    | TurnEnd
+    | Usage
+    | Compacted
+    | Renamed
+    | Deleted
+    | SessionError
+    | AgentState
+    | TextDelta
+    | TextDone
+    | ThinkingDelta
+    | ThinkingDone
+    | ToolRequest
+    | ToolResult
+    | InteractionRequest
+)
+EdgeFrame: TypeAlias = (
+    Hello | Ack | Renamed | Deleted | SessionError | InteractionResponse | UserMessage | Cancel
+)
+MasterFrame: TypeAlias = (
+    Welcome
+    | Presence
+    | History
+    | Usage
+    | Renamed
+    | Deleted
+    | SessionError
+    | TurnEnd
+    | TextDone
+    | ThinkingDone
+    | ToolResult
+    | AgentState
+)
+AnyFrame: TypeAlias = (
+    Hello
+    | Welcome
+    | Ack
+    | Presence
+    | History
+    | TurnStart
+    | TurnEnd
+    | Usage
+    | Compacted
+    | Renamed
+    | Deleted
+    | SessionError
+    | AgentState
+    | TextDelta
+    | TextDone
+    | ThinkingDelta
+    | ThinkingDone
+    | ToolRequest
+    | ToolResult
+    | InteractionRequest
+    | InteractionResponse
+    | UserMessage
+    | Cancel
+)
+
+
+def frame_types() -> dict[str, type[Frame]]:
+    """Every known frame type by its ``type`` tag."""
+    return {str(cls.__struct_config__.tag): cls for cls in _all_frame_classes()}
+
+
+def _all_frame_classes() -> list[type[Frame]]:
+    return list(AnyFrame.__args__)

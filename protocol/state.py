@@ -1,0 +1,510 @@
+"""The session state machine (notes §6): one table of phase × frame type → rule.
+
+:func:`fold` is the only way a frame changes a :class:`SessionState`. It looks the pair
+``(state.phase, frame.type)`` up in :data:`TABLE`; a pair that is not in the table is a
+protocol error. A rule first *checks* (raising a :class:`StateViolation` and changing
+nothing) and then *applies*. :func:`check` runs the checks alone, so the master can refuse a
+frame before logging it, and :func:`fold` applies a frame that is already in the log.
+
+Phases (orthogonal facts such as open blocks or pending interactions live in the state)::
+
+    IDLE ──turn.start──▶ TURN_OPEN ──turn.end──▶ USAGE_DUE ──usage──▶ IDLE
+      ▲                      │ (synthetic turn.end: no usage due)         │
+      └──────────────────────┘◀──────── any other client frame: usage_missing (warning)
+    any ──session.deleted──▶ TERMINATED (refuses everything after)
+
+The same reducer folds frames on the master, in the client library and (mirrored) in the
+dashboard, so every view of a session agrees with a replay of its log (notes §8 invariant 3).
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal, TypeAlias
+
+from .errors import (
+    BlockStateError,
+    DirectionError,
+    InteractionStateError,
+    InvalidFrame,
+    NotAllowed,
+    ProtocolError,
+    StateViolation,
+    ToolPairingError,
+    TurnStateError,
+    UsageMissing,
+)
+from .frames import (
+    AnyFrame,
+    ClientFrame,
+    EdgeFrame,
+    Frame,
+    GenericFrame,
+    MasterFrame,
+)
+
+__all__ = [
+    "SESSION_FRAME_TYPES",
+    "TABLE",
+    "Phase",
+    "Rule",
+    "SenderRole",
+    "SessionState",
+    "Status",
+    "allowed_types",
+    "check",
+    "fold",
+    "replay",
+    "snapshot",
+    "status",
+]
+
+SenderRole: TypeAlias = Literal["client", "edge", "master"]
+Status: TypeAlias = Literal["idle", "running", "requires_action", "terminated"]
+
+
+class Phase(enum.Enum):
+    """Where the session is in its turn lifecycle."""
+
+    IDLE = "idle"
+    TURN_OPEN = "turn_open"
+    USAGE_DUE = "usage_due"
+    TERMINATED = "terminated"
+
+
+@dataclass
+class SessionState:
+    """Everything the rules of notes §6 need to judge the next frame, and the UI totals."""
+
+    phase: Phase = Phase.IDLE
+    turn_id: str | None = None
+    last_turn_index: int = -1
+    turn_ids: set[str] = field(default_factory=set)
+    open_text: set[str] = field(default_factory=set)
+    open_thinking: set[str] = field(default_factory=set)
+    closed_blocks: set[str] = field(default_factory=set)
+    open_calls: dict[str, str] = field(default_factory=dict)  # call_id -> tool_name
+    call_ids: set[str] = field(default_factory=set)
+    pending_interactions: dict[str, str] = field(default_factory=dict)  # id -> kind
+    interaction_ids: set[str] = field(default_factory=set)
+    agent_state: str = "idle"
+    name: str = ""
+    turns_completed: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_used: float = 0.0
+    cost_unit: str = ""
+    compactions: int = 0
+    # §7.8.3: the state as it was just before the first synthetic frame, and the real frames
+    # folded since, so unfinalization can take exactly the synthetic frames back out.
+    before_finalization: SessionState | None = None
+    since_finalization: list[tuple[Frame | GenericFrame, SenderRole]] = field(default_factory=list)
+
+    @property
+    def finalized(self) -> bool:
+        """True while synthetic frames are in effect (not yet taken back or made final)."""
+        return self.before_finalization is not None
+
+
+def status(state: SessionState) -> Status:
+    """Derived status (seed 000): terminated / requires_action / running / idle."""
+    if state.phase is Phase.TERMINATED:
+        return "terminated"
+    if state.pending_interactions:
+        return "requires_action"
+    if state.phase is Phase.TURN_OPEN:
+        return "running"
+    return "idle"
+
+
+# --- direction -----------------------------------------------------------------------------
+
+
+def _tags(union: object) -> frozenset[str]:
+    return frozenset(str(cls.__struct_config__.tag) for cls in union.__args__)  # type: ignore[attr-defined]
+
+
+_MAY_SEND: Final[dict[SenderRole, frozenset[str]]] = {
+    "client": _tags(ClientFrame),
+    "edge": _tags(EdgeFrame),
+    "master": _tags(MasterFrame),
+}
+# Frames about the connection, not the session: never folded.
+_CONNECTION_TYPES: Final = frozenset({"connection.hello", "connection.welcome", "connection.ack"})
+SESSION_FRAME_TYPES: Final = _tags(AnyFrame) - _CONNECTION_TYPES
+
+
+def allowed_types(role: SenderRole) -> frozenset[str]:
+    """The frame types ``role`` may send (notes §4)."""
+    return _MAY_SEND[role]
+
+
+# --- rules ---------------------------------------------------------------------------------
+
+Check: TypeAlias = Callable[[SessionState, Frame, SenderRole], None]
+Apply: TypeAlias = Callable[[SessionState, Frame, SenderRole], None]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One cell of the table: what to check, what to change, which phase follows.
+
+    ``then`` is the next phase (None keeps the current one).
+    """
+
+    check: Check
+    apply: Apply
+    then: Phase | None = None
+
+
+def _nothing(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    """No check, or no change."""
+
+
+def _turn_start_check(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    p = frame.payload  # type: ignore[attr-defined]
+    if p.turn_id in state.turn_ids:
+        raise TurnStateError(f"turn_id {p.turn_id} was already used in this session")
+    if p.turn_index != state.last_turn_index + 1:
+        raise TurnStateError(
+            f"turn_index must be {state.last_turn_index + 1} (previous + 1), got {p.turn_index}"
+        )
+
+
+def _turn_start_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    p = frame.payload  # type: ignore[attr-defined]
+    state.turn_id = p.turn_id
+    state.last_turn_index = p.turn_index
+    state.turn_ids.add(p.turn_id)
+
+
+def _refuse_turn_start(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    raise TurnStateError(
+        f"turn {state.turn_id} is still open; end it with session.turn.end before starting another"
+    )
+
+
+def _turn_end_check(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    p = frame.payload  # type: ignore[attr-defined]
+    if p.turn_id != state.turn_id:
+        raise TurnStateError(f"turn_id {p.turn_id} is not the open turn ({state.turn_id})")
+    if p.stop_reason == "disconnected" and not frame.synthetic:
+        raise TurnStateError("stop_reason 'disconnected' is reserved for synthetic frames (§7.8.1)")
+    if state.open_calls:
+        calls = ", ".join(sorted(state.open_calls))
+        raise ToolPairingError(f"turn cannot end while tool calls are unresolved: {calls}")
+
+
+def _turn_end_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    # Open text/thinking blocks end with the turn (notes §15.8).
+    state.closed_blocks |= state.open_text | state.open_thinking
+    state.open_text.clear()
+    state.open_thinking.clear()
+    state.turn_id = None
+    state.turns_completed += 1
+
+
+def _refuse_turn_end(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    raise TurnStateError("no turn is open; session.turn.end must close an open turn")
+
+
+def _usage_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    p = frame.payload  # type: ignore[attr-defined]
+    state.input_tokens += p.token_usage.input_tokens
+    state.output_tokens += p.token_usage.output_tokens
+    state.cost_used = p.cost_usage.used
+    state.cost_unit = p.cost_usage.unit
+
+
+def _compacted_check(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    p = frame.payload  # type: ignore[attr-defined]
+    if p.current_token_count > p.previous_token_count:
+        raise InvalidFrame(
+            f"current_token_count ({p.current_token_count}) exceeds previous_token_count "
+            f"({p.previous_token_count})"
+        )
+
+
+def _compacted_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    state.compactions += 1
+
+
+def _renamed_check(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    p = frame.payload  # type: ignore[attr-defined]
+    if p.renamed_by != role:
+        raise InvalidFrame(f"renamed_by must be the sender's role ({role}), got {p.renamed_by}")
+    if p.session_id != frame.session_id:
+        raise InvalidFrame("payload.session_id must be the envelope's session_id")
+
+
+def _renamed_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    state.name = frame.payload.name  # type: ignore[attr-defined]
+
+
+def _deleted_check(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    if frame.payload.session_id != frame.session_id:  # type: ignore[attr-defined]
+        raise InvalidFrame("payload.session_id must be the envelope's session_id")
+
+
+def _deleted_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    state.open_calls.clear()
+    state.pending_interactions.clear()
+    state.open_text.clear()
+    state.open_thinking.clear()
+    state.turn_id = None
+    state.agent_state = "idle"
+    state.before_finalization = None
+    state.since_finalization.clear()
+
+
+def _agent_state_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    state.agent_state = frame.payload.state  # type: ignore[attr-defined]
+    if frame.synthetic:
+        # §7.8.1: finalization discards pending interactions to unblock the UI.
+        state.pending_interactions.clear()
+
+
+def _delta_check(kind: Literal["text", "thinking"]) -> Check:
+    def check(state: SessionState, frame: Frame, role: SenderRole) -> None:
+        block = frame.payload.block_id  # type: ignore[attr-defined]
+        if block in state.closed_blocks:
+            raise BlockStateError(f"{kind} block {block} is already done; use a new block_id")
+        other = state.open_thinking if kind == "text" else state.open_text
+        if block in other:
+            raise BlockStateError(f"block {block} is open as a different kind of block")
+
+    return check
+
+
+def _delta_apply(kind: Literal["text", "thinking"]) -> Apply:
+    def apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
+        (state.open_text if kind == "text" else state.open_thinking).add(
+            frame.payload.block_id  # type: ignore[attr-defined]
+        )
+
+    return apply
+
+
+def _done_check(kind: Literal["text", "thinking"]) -> Check:
+    def check(state: SessionState, frame: Frame, role: SenderRole) -> None:
+        block = frame.payload.block_id  # type: ignore[attr-defined]
+        if block in state.closed_blocks:
+            raise BlockStateError(f"{kind} block {block} is already done")
+        other = state.open_thinking if kind == "text" else state.open_text
+        if block in other:
+            raise BlockStateError(f"block {block} is open as a different kind of block")
+
+    return check
+
+
+def _done_apply(kind: Literal["text", "thinking"]) -> Apply:
+    def apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
+        block = frame.payload.block_id  # type: ignore[attr-defined]
+        (state.open_text if kind == "text" else state.open_thinking).discard(block)
+        state.closed_blocks.add(block)
+
+    return apply
+
+
+def _tool_request_check(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    call = frame.payload.call_id  # type: ignore[attr-defined]
+    if call in state.call_ids:
+        raise ToolPairingError(f"call_id {call} was already used in this session")
+
+
+def _tool_request_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    p = frame.payload  # type: ignore[attr-defined]
+    state.call_ids.add(p.call_id)
+    state.open_calls[p.call_id] = p.tool_name
+
+
+def _tool_result_check(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    call = frame.payload.call_id  # type: ignore[attr-defined]
+    if call not in state.open_calls:
+        why = "already has its result" if call in state.call_ids else "has no tool.invoke.request"
+        raise ToolPairingError(f"tool.invoke.result for call_id {call}: the call {why}")
+
+
+def _tool_result_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    del state.open_calls[frame.payload.call_id]  # type: ignore[attr-defined]
+
+
+def _interaction_request_check(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    iid = frame.payload.interaction_id  # type: ignore[attr-defined]
+    if iid in state.interaction_ids:
+        raise InteractionStateError(f"interaction_id {iid} was already used in this session")
+
+
+def _interaction_request_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    p = frame.payload  # type: ignore[attr-defined]
+    state.interaction_ids.add(p.interaction_id)
+    state.pending_interactions[p.interaction_id] = p.kind
+
+
+def _interaction_response_check(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    iid = frame.payload.interaction_id  # type: ignore[attr-defined]
+    if iid not in state.pending_interactions:
+        raise InteractionStateError(f"interaction {iid} is not pending (unknown or answered)")
+
+
+def _interaction_response_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    del state.pending_interactions[frame.payload.interaction_id]  # type: ignore[attr-defined]
+
+
+def _refuse_terminated(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    raise NotAllowed("the session was deleted; no further frames are accepted")
+
+
+# Frames that are valid in every live phase and do not move the phase.
+_ANYTIME: Final[dict[str, Rule]] = {
+    "session.usage": Rule(_nothing, _usage_apply),
+    "session.compacted": Rule(_compacted_check, _compacted_apply),
+    "session.renamed": Rule(_renamed_check, _renamed_apply),
+    "session.error": Rule(_nothing, _nothing),
+    "session.presence": Rule(_nothing, _nothing),
+    "session.deleted": Rule(_deleted_check, _deleted_apply, Phase.TERMINATED),
+    "agent.state": Rule(_nothing, _agent_state_apply),
+    "agent.text.delta": Rule(_delta_check("text"), _delta_apply("text")),
+    "agent.text.done": Rule(_done_check("text"), _done_apply("text")),
+    "agent.thinking.delta": Rule(_delta_check("thinking"), _delta_apply("thinking")),
+    "agent.thinking.done": Rule(_done_check("thinking"), _done_apply("thinking")),
+    "tool.invoke.request": Rule(_tool_request_check, _tool_request_apply),
+    "tool.invoke.result": Rule(_tool_result_check, _tool_result_apply),
+    "agent.interaction.request": Rule(_interaction_request_check, _interaction_request_apply),
+    "control.interaction.response": Rule(_interaction_response_check, _interaction_response_apply),
+    "user.message": Rule(_nothing, _nothing),
+    "control.cancel": Rule(_nothing, _nothing),
+}
+
+_TURN_START: Final = Rule(_turn_start_check, _turn_start_apply, Phase.TURN_OPEN)
+# ``then`` of a turn end depends on the frame (synthetic or not); see _next_phase.
+_TURN_END: Final = Rule(_turn_end_check, _turn_end_apply, Phase.USAGE_DUE)
+_REFUSED: Final = Rule(_refuse_terminated, _nothing)
+
+
+def _build_table() -> dict[tuple[Phase, str], Rule]:
+    table: dict[tuple[Phase, str], Rule] = {}
+    for phase in (Phase.IDLE, Phase.TURN_OPEN, Phase.USAGE_DUE):
+        for tag, rule in _ANYTIME.items():
+            table[phase, tag] = rule
+    table[Phase.USAGE_DUE, "session.usage"] = Rule(_nothing, _usage_apply, Phase.IDLE)
+    table[Phase.IDLE, "session.turn.start"] = _TURN_START
+    table[Phase.USAGE_DUE, "session.turn.start"] = _TURN_START
+    table[Phase.TURN_OPEN, "session.turn.start"] = Rule(_refuse_turn_start, _nothing)
+    table[Phase.TURN_OPEN, "session.turn.end"] = _TURN_END
+    table[Phase.IDLE, "session.turn.end"] = Rule(_refuse_turn_end, _nothing)
+    table[Phase.USAGE_DUE, "session.turn.end"] = Rule(_refuse_turn_end, _nothing)
+    for tag in SESSION_FRAME_TYPES - {"session.history"}:
+        table[Phase.TERMINATED, tag] = _REFUSED
+    # Presence and errors about a deleted session are still folded (they change nothing).
+    table[Phase.TERMINATED, "session.presence"] = Rule(_nothing, _nothing)
+    table[Phase.TERMINATED, "session.error"] = Rule(_nothing, _nothing)
+    table[Phase.TERMINATED, "session.deleted"] = Rule(_nothing, _nothing)
+    return table
+
+
+TABLE: Final[dict[tuple[Phase, str], Rule]] = _build_table()
+"""phase × frame type → rule. ``session.history`` is folded by :mod:`protocol.finalize`."""
+
+
+# --- entry points --------------------------------------------------------------------------
+
+
+def check(
+    state: SessionState, frame: Frame | GenericFrame, role: SenderRole
+) -> list[StateViolation]:
+    """Check ``frame`` from ``role`` against ``state`` without changing it.
+
+    Raises the :class:`ProtocolError` that refuses the frame. Returns warnings that do not
+    refuse it (``usage_missing``).
+    """
+    if isinstance(frame, GenericFrame):
+        if state.phase is Phase.TERMINATED:
+            _refuse_terminated(state, frame, role)  # type: ignore[arg-type]
+        return []
+    tag = frame.type
+    if tag not in _MAY_SEND[role]:
+        raise DirectionError(f"a {role} may not send {tag} (notes §4)")
+    if tag in _CONNECTION_TYPES:
+        if tag == "connection.ack":
+            return []
+        raise InvalidFrame(f"{tag} is only valid as the first frame of a connection")
+    if frame.synthetic and role != "master":
+        raise InvalidFrame("metadata.synthetic frames are made by the master only (§7.8.1)")
+    rule = TABLE.get((state.phase, tag))
+    if rule is None:
+        raise ProtocolError(f"{tag} is not valid in phase {state.phase.value}")
+    rule.check(state, frame, role)
+    if state.phase is Phase.USAGE_DUE and role == "client" and tag != "session.usage":
+        return [
+            UsageMissing(
+                f"session.usage must follow session.turn.end immediately (§7.5.2); got {tag}"
+            )
+        ]
+    return []
+
+
+def fold(
+    state: SessionState, frame: Frame | GenericFrame, role: SenderRole
+) -> list[StateViolation]:
+    """Check, then apply ``frame`` to ``state`` (in place). Returns the warnings of :func:`check`.
+
+    ``session.history`` frames are folded with :func:`protocol.finalize.fold_history`.
+    """
+    warnings = check(state, frame, role)
+    if isinstance(frame, GenericFrame) or frame.type in _CONNECTION_TYPES:
+        return warnings
+    _record_for_unfinalization(state, frame, role)
+    rule = TABLE[state.phase, frame.type]
+    rule.apply(state, frame, role)
+    state.phase = _next_phase(state, frame, role, rule)
+    return warnings
+
+
+def _next_phase(state: SessionState, frame: Frame, role: SenderRole, rule: Rule) -> Phase:
+    if rule is _TURN_END and (frame.synthetic or role == "master"):
+        return Phase.IDLE
+    if rule.then is not None:
+        return rule.then
+    if state.phase is Phase.USAGE_DUE and role == "client":
+        return Phase.IDLE
+    return state.phase
+
+
+def _record_for_unfinalization(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    if frame.synthetic:
+        if state.before_finalization is None:
+            state.before_finalization = snapshot(state)
+        return
+    if state.before_finalization is None:
+        return
+    if role == "client":
+        # The client came back without (or before) a history: finalization stands (§7.8.3).
+        state.before_finalization = None
+        state.since_finalization.clear()
+    else:
+        state.since_finalization.append((frame, role))
+
+
+def snapshot(state: SessionState) -> SessionState:
+    """A deep copy of ``state`` without its own unfinalization record."""
+    saved_before, saved_since = state.before_finalization, state.since_finalization
+    state.before_finalization, state.since_finalization = None, []
+    try:
+        return copy.deepcopy(state)
+    finally:
+        state.before_finalization, state.since_finalization = saved_before, saved_since
+
+
+def replay(frames: Sequence[tuple[Frame | GenericFrame, SenderRole]]) -> SessionState:
+    """Fold ``frames`` into a fresh state, skipping the ones the state machine refuses."""
+    state = SessionState()
+    for frame, role in frames:
+        try:
+            fold(state, frame, role)
+        except ProtocolError:
+            continue
+    return state
