@@ -3,8 +3,8 @@
 * :func:`decode` parses one WebSocket message into a typed frame (or a :class:`GenericFrame`
   for an unknown type marked ``metadata.ignorable``), raising :class:`InvalidFrame` or
   :class:`UnknownType` with a message a person can act on.
-* :func:`stamp` adds the master's ``seq`` and ``sender`` to the sender's *original* bytes, so
-  unknown keys travel untouched (notes §3) and the frame is encoded exactly once.
+* :func:`stamp` / :func:`stamp_parts` add the master's ``seq`` and ``sender`` to the sender's
+  *original* bytes, so unknown keys travel untouched (notes §3) and the frame is encoded once.
 * :func:`encode` serialises frames the master or a library builds itself.
 """
 
@@ -25,9 +25,12 @@ __all__ = [
     "decode_object",
     "encode",
     "encode_json",
+    "format_time",
     "new_message_id",
     "now",
+    "parse_time",
     "stamp",
+    "stamp_parts",
 ]
 
 _any_decoder: Final = msgspec.json.Decoder(AnyFrame)
@@ -85,25 +88,40 @@ def encode_json(value: Any) -> bytes:
     return _encoder.encode(value)
 
 
-def stamp(raw: bytes, frame: Frame | GenericFrame, seq: int, sender: Sender) -> bytes:
-    """Return ``raw`` with the master's ``seq`` and ``sender`` set (notes §3).
+def stamp_parts(raw: bytes, frame: Frame | GenericFrame, sender: Sender) -> tuple[bytes, bytes]:
+    """Split the stamped envelope around its seq: the frame is ``head + str(seq) + tail``.
 
-    Fast path: the sender sent neither key (they are ignored on input), so both are appended
-    to the original bytes. Otherwise the object is re-encoded without the sender's values.
+    Fast path: the sender sent neither ``seq`` nor ``sender`` (both are ignored on input), so
+    both are appended to the original bytes. Otherwise the object is re-encoded without them.
     """
-    tail = b',"seq":%d,"sender":%s}' % (seq, _encoder.encode(sender))
+    tail = b',"sender":%s}' % _encoder.encode(sender)
     if frame.seq is None and frame.sender is None:
-        body = raw.rstrip()
-        return body[:-1] + tail
+        return raw.rstrip()[:-1] + b',"seq":', tail
     obj = _dict_decoder.decode(raw)
     obj.pop("seq", None)
     obj.pop("sender", None)
-    return _encoder.encode(obj)[:-1] + tail
+    return _encoder.encode(obj)[:-1] + b',"seq":', tail
+
+
+def stamp(raw: bytes, frame: Frame | GenericFrame, seq: int, sender: Sender) -> bytes:
+    """Return ``raw`` with the master's ``seq`` and ``sender`` set (notes §3)."""
+    head, tail = stamp_parts(raw, frame, sender)
+    return b"%s%d%s" % (head, seq, tail)
 
 
 def new_message_id() -> str:
     """A fresh message id (UUID v4)."""
     return str(uuid.uuid4())
+
+
+def parse_time(text: str) -> _dt.datetime:
+    """Parse an RFC 3339 date-time (as stored in session headers)."""
+    return msgspec.convert(text, _dt.datetime)
+
+
+def format_time(moment: _dt.datetime) -> str:
+    """Format a date-time as RFC 3339, the way frames carry it."""
+    return _encoder.encode(moment).decode()[1:-1]
 
 
 def now() -> _dt.datetime:

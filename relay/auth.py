@@ -1,0 +1,159 @@
+"""API keys and session tokens (notes §11, seed 002).
+
+* An **API key** belongs to one workspace and may do anything there.
+* A **session token** belongs to one session: attach as edge, read the session, append
+  user input, register — plus the grants it was issued with (``client``: attach as the
+  session's client; ``delete``: delete the session). Tokens expire and can be revoked.
+
+Only the SHA-256 of a secret is stored; secrets are shown once and never logged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from protocol.errors import BadCredential, Forbidden
+
+from .store.base import Credential, SessionHeader, Store
+
+__all__ = [
+    "GRANTS",
+    "Authenticator",
+    "Principal",
+    "digest",
+    "new_api_key",
+    "new_session_token",
+]
+
+GRANTS: Final = frozenset({"client", "delete"})
+_KEY_PREFIX: Final = "rk_"
+_TOKEN_PREFIX: Final = "st_"
+
+
+def digest(secret: str) -> str:
+    """The stored form of a secret."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def new_api_key() -> str:
+    """A fresh API key (shown once)."""
+    return _KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def new_session_token() -> str:
+    """A fresh session token (shown once)."""
+    return _TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a request or connection acts as."""
+
+    kind: Literal["key", "token"]
+    workspace: str
+    session_id: str | None = None
+    grants: frozenset[str] = frozenset()
+
+    def can_see(self, header: SessionHeader) -> bool:
+        """May this principal read the session?"""
+        if header.workspace != self.workspace:
+            return False
+        return self.kind == "key" or header.session_id == self.session_id
+
+    def require_session(self, header: SessionHeader) -> None:
+        """Raise Forbidden unless the principal may read the session."""
+        if not self.can_see(header):
+            raise Forbidden("this credential is not valid for that session")
+
+    def require_key(self, what: str) -> None:
+        """Raise Forbidden unless this is an API key."""
+        if self.kind != "key":
+            raise Forbidden(f"{what} needs an API key; a session token cannot do it")
+
+    def may_attach(self, role: Literal["client", "edge"]) -> bool:
+        """May this principal attach to its session in ``role``?"""
+        return self.kind == "key" or role == "edge" or "client" in self.grants
+
+    def may_delete(self) -> bool:
+        """May this principal delete sessions it can see?"""
+        return self.kind == "key" or "delete" in self.grants
+
+    def may_create(self) -> bool:
+        """May this principal create sessions?"""
+        return self.kind == "key"
+
+
+class Authenticator:
+    """Issues and checks credentials kept in the store."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def register_key(self, key: str, workspace: str) -> None:
+        """Accept ``key`` for ``workspace`` (e.g. from --api-key)."""
+        await self._store.put_credential(
+            Credential(digest=digest(key), kind="key", workspace=workspace, created_at_ms=_now_ms())
+        )
+
+    async def issue_token(
+        self,
+        workspace: str,
+        session_id: str,
+        *,
+        grants: frozenset[str] = frozenset(),
+        ttl_s: float | None = 24 * 3600,
+    ) -> tuple[str, Credential]:
+        """A new session token for ``session_id``; returns (secret, stored record)."""
+        unknown = grants - GRANTS
+        if unknown:
+            raise ValueError(f"unknown grants: {', '.join(sorted(unknown))}")
+        token = new_session_token()
+        now = _now_ms()
+        record = Credential(
+            digest=digest(token),
+            kind="token",
+            workspace=workspace,
+            session_id=session_id,
+            grants=sorted(grants),
+            expires_at_ms=None if ttl_s is None else now + int(ttl_s * 1000),
+            created_at_ms=now,
+        )
+        await self._store.put_credential(record)
+        return token, record
+
+    async def revoke(self, secret_digest: str) -> bool:
+        """Revoke a credential by digest; False if unknown."""
+        record = await self._store.get_credential(secret_digest)
+        if record is None:
+            return False
+        record.revoked = True
+        await self._store.put_credential(record)
+        return True
+
+    async def authenticate(self, secret: str | None) -> Principal:
+        """The principal for ``secret``; raises BadCredential (unknown, expired, revoked)."""
+        if not secret:
+            raise BadCredential("a credential is required (API key or session token)")
+        wanted = digest(secret)
+        record = await self._store.get_credential(wanted)
+        if record is None or not hmac.compare_digest(record.digest, wanted):
+            raise BadCredential("unknown credential")
+        if record.revoked:
+            raise BadCredential("this credential was revoked")
+        if record.expires_at_ms is not None and record.expires_at_ms <= _now_ms():
+            raise BadCredential("this credential has expired")
+        return Principal(
+            kind=record.kind,
+            workspace=record.workspace,
+            session_id=record.session_id,
+            grants=frozenset(record.grants),
+        )
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,79 @@
+"""``rawp serve`` and ``rawp keys``: the master's subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import sys
+
+from .auth import new_api_key
+from .config import add_serve_arguments, settings_from_args
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add this package's subcommands to the ``rawp`` parser."""
+    serve = sub.add_parser("serve", help="run the master relay")
+    add_serve_arguments(serve)
+    serve.set_defaults(handler=_serve)
+
+    keys = sub.add_parser("keys", help="manage API keys")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
+    create = keys_sub.add_parser("create", help="create an API key for a workspace (shown once)")
+    create.add_argument("--workspace", default="default")
+    create.add_argument(
+        "--store",
+        default="memory",
+        help="register the key in this store (redis://…); with memory, pass it to --api-key",
+    )
+    create.add_argument("--redis-cluster", action="store_true")
+    create.set_defaults(handler=_keys_create)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from .logs import configure_logging
+    from .server import Master
+
+    settings = settings_from_args(args)
+    configure_logging(settings.log_format, settings.log_level)
+    if not settings.api_keys:
+        dev_key = new_api_key()
+        settings = dataclasses.replace(settings, api_keys=(f"default:{dev_key}",))
+        print(f"dev API key (workspace 'default'): {dev_key}", file=sys.stderr, flush=True)
+    master = Master(settings)
+
+    def announce() -> None:
+        print(f"RAWP master: ws {master.ws_url}  http {master.http_url}", flush=True)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(master.run_until_signalled(on_started=announce))
+    return 0
+
+
+def _keys_create(args: argparse.Namespace) -> int:
+    key = new_api_key()
+    if args.store != "memory":
+        from .auth import Authenticator
+        from .store import open_store
+
+        async def put() -> None:
+            store = open_store(args.store, cluster=args.redis_cluster)
+            await store.start()
+            try:
+                await Authenticator(store).register_key(key, args.workspace)
+            finally:
+                await store.close()
+
+        asyncio.run(put())
+        print(key)
+        print(f"(registered for workspace {args.workspace!r}; shown once)", file=sys.stderr)
+        return 0
+    print(key)
+    print(
+        f"(shown once) start the master with --api-key {args.workspace}:{key}",
+        file=sys.stderr,
+    )
+    return 0

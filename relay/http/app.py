@@ -1,0 +1,84 @@
+"""The aiohttp application on ``--http-port`` (notes §10)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from protocol.errors import StoreUnavailableError
+
+from ..auth import Principal
+from ..hub import Hub
+from .problems import problem, problem_middleware
+
+__all__ = ["HUB", "authenticate", "create_app"]
+
+HUB: web.AppKey[Hub] = web.AppKey("hub", Hub)
+
+
+async def authenticate(request: web.Request) -> Principal:
+    """The principal of ``Authorization: Bearer <API key or session token>``."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, secret = header.partition(" ")
+    token = secret.strip() if scheme.lower() == "bearer" else None
+    return await request.app[HUB].auth.authenticate(token)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """Liveness: the process answers."""
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Readiness: the store answers."""
+    hub = request.app[HUB]
+    try:
+        ok = await hub.store.ping()
+    except StoreUnavailableError:
+        ok = False
+    if not ok or hub.shutting_down:
+        return problem(503, "the store is not reachable", code="store_unavailable")
+    return web.json_response({"status": "ready", "store": hub.store.name})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus text exposition."""
+    body = generate_latest(request.app[HUB].metrics.registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def delete_session(request: web.Request) -> web.Response:
+    """``DELETE /v1/session/{id}`` (RAWP §5.2; notes §9).
+
+    ``?if_idle=true`` answers 409 while anyone is attached. An unknown session answers 404,
+    or 200 with ``?if_absent=ok`` (for idempotent clean-up scripts).
+    """
+    hub = request.app[HUB]
+    principal = await authenticate(request)
+    session_id = request.match_info["session_id"]
+    header = await hub.store.get_session(session_id)
+    if header is None or not principal.can_see(header):
+        if request.query.get("if_absent") == "ok":
+            return web.json_response({"session_id": session_id, "deleted": False})
+        return problem(404, f"no session {session_id}", code="not_found")
+    if not principal.may_delete():
+        return problem(403, "this credential may not delete the session", code="not_allowed")
+    session = await hub.open(session_id)
+    if request.query.get("if_idle") == "true" and session is not None and session.participants:
+        return problem(409, "the session has attached participants", code="attached")
+    deleted = await hub.delete(session_id, reason="master_request", deleted_by="master")
+    if not deleted and request.query.get("if_absent") != "ok":
+        return problem(404, f"no session {session_id}", code="not_found")
+    return web.json_response({"session_id": session_id, "deleted": deleted})
+
+
+def create_app(hub: Hub) -> web.Application:
+    """The HTTP application of one master."""
+    app = web.Application(middlewares=[problem_middleware])
+    app[HUB] = hub
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_delete("/v1/session/{session_id}", delete_session)
+    app.router.add_delete("/v1/sessions/{session_id}", delete_session)
+    return app

@@ -1,0 +1,68 @@
+"""RFC 9457 problem details: every HTTP error is ``application/problem+json``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from protocol import codec
+from protocol.errors import BadCredential, Forbidden, RawpError
+
+__all__ = ["problem", "problem_from_error", "problem_middleware"]
+
+_STATUS_TITLES = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    410: "Gone",
+    413: "Payload Too Large",
+    422: "Unprocessable Content",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+
+def problem(status: int, detail: str, *, code: str | None = None, **extra: Any) -> web.Response:
+    """A problem+json response."""
+    body: dict[str, Any] = {
+        "type": f"https://rawp.dev/problems/{code or status}",
+        "title": _STATUS_TITLES.get(status, "Error"),
+        "status": status,
+        "detail": detail,
+    }
+    if code is not None:
+        body["code"] = code
+    body.update(extra)
+    return web.Response(
+        status=status, body=codec.encode_json(body), content_type="application/problem+json"
+    )
+
+
+def problem_from_error(exc: RawpError) -> web.Response:
+    """Map a RAWP error to its HTTP status."""
+    if isinstance(exc, BadCredential):
+        return problem(401, exc.message, code="bad_credential")
+    if isinstance(exc, Forbidden):
+        return problem(403, exc.message, code="not_allowed")
+    code = getattr(exc, "code", None)
+    status = 503 if code == "store_unavailable" else 400
+    return problem(status, exc.message, code=code)
+
+
+@web.middleware
+async def problem_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Turn RAWP errors and aiohttp's HTTP errors into problem+json."""
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except RawpError as exc:
+        return problem_from_error(exc)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return problem(exc.status, exc.reason)

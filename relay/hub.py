@@ -1,0 +1,254 @@
+"""The sessions of this node: load on demand, attach, delete, expire.
+
+The hub owns the store, the authenticator and the metrics; a :class:`Session` is loaded
+(its state folded from the log) the first time a connection or a request needs it, and
+forgotten when it is deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from typing import Any
+
+import structlog
+
+from protocol import codec
+from protocol.errors import (
+    Forbidden,
+    NoSuchSession,
+    SessionGone,
+    StoreUnavailableError,
+)
+from protocol.frames import Hello, Sender
+
+from .auth import Authenticator, Principal
+from .config import Settings
+from .fanout import Sink
+from .metrics import Metrics
+from .session import Participant, Session, rebuild_state
+from .store.base import Deadline, SessionHeader, Store
+
+__all__ = ["Hub", "new_session_header"]
+
+log = structlog.get_logger("rawp.hub")
+
+
+def new_session_header(
+    session_id: str,
+    workspace: str,
+    *,
+    name: str = "",
+    agent_id: str | None = None,
+    parent_session_id: str | None = None,
+    seed_length: int = 0,
+) -> SessionHeader:
+    """A header for a session about to be created (fresh epoch, creation time now)."""
+    return SessionHeader(
+        session_id=session_id,
+        workspace=workspace,
+        name=name,
+        agent_id=agent_id,
+        created_at=codec.format_time(codec.now()),
+        epoch=secrets.token_hex(8),
+        parent_session_id=parent_session_id,
+        seed_length=seed_length,
+    )
+
+
+class _NoLock:
+    """Stand-in for the session lock in the seed 001 experiment (never in production)."""
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+class Hub:
+    """Registry and entry points for the sessions served by this node."""
+
+    def __init__(self, settings: Settings, store: Store, *, session_lock: bool = True) -> None:
+        self.settings = settings
+        self.store = store
+        self.auth = Authenticator(store)
+        self.metrics = Metrics()
+        self.master_sender = Sender(role="master", participant_id=settings.node_id)
+        self.shutting_down = False
+        self._session_lock = session_lock
+        self._sessions: dict[str, Session] = {}
+        self._loading: dict[str, asyncio.Future[Session]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._deadline_task: asyncio.Task[None] | None = None
+
+    # --- plumbing ------------------------------------------------------------------------
+
+    def new_session_lock(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """The per-session lock (seed 001); a no-op only for the lock-disabled experiment."""
+        return asyncio.Lock() if self._session_lock else _NoLock()
+
+    def deadline_for(self, session_id: str, participant_id: str) -> Deadline:
+        """The reattach-window deadline of a participant that detaches now."""
+        due = int((time.time() + self.settings.reattach_window_s) * 1000)
+        return Deadline(session_id=session_id, participant_id=participant_id, due_ms=due)
+
+    def spawn(self, coro: Any) -> None:
+        """Run a background task owned by the hub (cancelled at shutdown)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def schedule_reload(self, session: Session) -> None:
+        """The store failed mid-change: forget the session so the next use reloads it."""
+        self.forget(session)
+
+    def forget(self, session: Session) -> None:
+        """Drop a session from this node's registry (deleted, or to be reloaded)."""
+        if self._sessions.get(session.id) is session:
+            del self._sessions[session.id]
+            self.metrics.sessions.set(len(self._sessions))
+
+    @property
+    def sessions(self) -> dict[str, Session]:
+        """Sessions loaded on this node."""
+        return self._sessions
+
+    async def start(self) -> None:
+        """Start the store and the deadline loop."""
+        await self.store.start()
+        for key in self.settings.api_keys:
+            workspace, _, secret = key.rpartition(":")
+            await self.auth.register_key(secret, workspace or "default")
+        self._deadline_task = asyncio.get_running_loop().create_task(self._deadlines())
+
+    async def stop(self) -> None:
+        """Stop background work (sessions are closed by the server first)."""
+        self.shutting_down = True
+        tasks = [t for t in (self._deadline_task, *self._tasks) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # --- sessions ------------------------------------------------------------------------
+
+    async def open(self, session_id: str) -> Session | None:
+        """The loaded session, loading it from the store if needed; None if absent."""
+        session = self._sessions.get(session_id)
+        if session is not None:
+            return session
+        pending = self._loading.get(session_id)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[Session] = asyncio.get_running_loop().create_future()
+        self._loading[session_id] = future
+        try:
+            header = await self.store.get_session(session_id)
+            if header is None:
+                future.cancel()
+                return None
+            entries = await self.store.read(session_id)
+            head = await self.store.head_seq(session_id)
+            state = rebuild_state(entries, header.name)
+            session = Session(self, header, state, head)
+            for record in await self.store.list_participants(session_id):
+                if record.role == "client":
+                    session.client_id = record.participant_id
+            self._sessions[session_id] = session
+            self.metrics.sessions.set(len(self._sessions))
+            future.set_result(session)
+            return session
+        except BaseException as exc:
+            if not future.done():
+                future.set_exception(exc)
+                future.exception()  # mark retrieved: the caller re-raises it
+            raise
+        finally:
+            del self._loading[session_id]
+
+    async def create(
+        self, header: SessionHeader, principal: Principal
+    ) -> tuple[SessionHeader, bool]:
+        """Create a session (idempotent on session_id)."""
+        if not principal.may_create():
+            raise Forbidden("creating sessions needs an API key")
+        stored, created = await self.store.create_session(header)
+        if not created:
+            principal.require_session(stored)
+        return stored, created
+
+    async def attach(
+        self, sink: Sink, hello: Hello, principal: Principal
+    ) -> tuple[Session, Participant]:
+        """Attach a connection whose hello was authenticated (notes §5)."""
+        session_id = hello.session_id
+        role = hello.payload.role
+        if principal.kind == "token" and principal.session_id != session_id:
+            raise Forbidden("this session token is for another session")
+        if not principal.may_attach(role):
+            raise Forbidden(f"this credential may not attach as {role}")
+        while True:
+            header = await self.store.get_session(session_id)
+            if header is None:
+                create = hello.payload.create
+                if create is None or role != "client":
+                    if await self.store.is_deleted(session_id):
+                        raise SessionGone(f"session {session_id} was deleted")
+                    raise NoSuchSession(f"no session {session_id} (send create to make it)")
+                fresh = new_session_header(
+                    session_id,
+                    principal.workspace,
+                    name=create.name or "",
+                    agent_id=create.agent_id,
+                    parent_session_id=create.parent_session_id,
+                )
+                header, _ = await self.create(fresh, principal)
+            if header.workspace != principal.workspace:
+                raise Forbidden("this credential's workspace does not hold that session")
+            session = await self.open(session_id)
+            if session is None:
+                continue
+            async with session.lock:
+                if session.terminated:
+                    continue  # deleted while we waited: resolve the id again
+                participant = await session.attach(sink, hello, principal)
+            self.metrics.connections.labels(role).inc()
+            return session, participant
+
+    async def delete(self, session_id: str, *, reason: str, deleted_by: str) -> bool:
+        """Terminate and delete a session (notes §9). False when it does not exist."""
+        session = await self.open(session_id)
+        if session is None:
+            return False
+        async with session.lock:
+            if session.terminated:
+                return False
+            await session._terminate(reason, deleted_by)
+        return True
+
+    # --- deadlines -----------------------------------------------------------------------
+
+    async def _deadlines(self) -> None:
+        interval = max(0.02, min(1.0, self.settings.reattach_window_s / 8))
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                due = await self.store.claim_due_deadlines(int(time.time() * 1000))
+            except StoreUnavailableError:
+                continue
+            for deadline in due:
+                self.spawn(self._expire(deadline))
+
+    async def _expire(self, deadline: Deadline) -> None:
+        try:
+            session = await self.open(deadline.session_id)
+            if session is not None:
+                await session.expire(deadline.participant_id)
+        except StoreUnavailableError:
+            # Put it back so this or another node retries once the store is back.
+            with contextlib.suppress(StoreUnavailableError):
+                await self.store.set_deadline(deadline)
+        except Exception:
+            log.exception("expire_failed", session_id=deadline.session_id)

@@ -1,0 +1,44 @@
+"""Prometheus metrics of one master process (served at ``/metrics``)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["Metrics"]
+
+_LATENCY_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+
+
+class Metrics:
+    """Every metric the master exports, on a registry of its own (one per master)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.connections = Gauge(
+            "rawp_connections", "Attached WebSocket connections", ["role"], registry=r
+        )
+        self.sessions = Gauge("rawp_sessions_loaded", "Sessions loaded on this node", registry=r)
+        self.frames_in = Counter("rawp_frames_in", "Frames received from participants", registry=r)
+        self.frames_out = Counter("rawp_frames_out", "Frames queued to participants", registry=r)
+        self.errors = Counter("rawp_errors", "session.error answers by code", ["code"], registry=r)
+        self.closes = Counter(
+            "rawp_closes", "Connections closed by the master, by code", ["code"], registry=r
+        )
+        self.truncations = Counter(
+            "rawp_history_truncations", "Truncated client histories", registry=r
+        )
+        self.slow_consumers = Counter("rawp_slow_consumers", "Connections closed 4429", registry=r)
+        self.store_errors = Counter("rawp_store_errors", "Store writes refused", registry=r)
+        self.store_latency = Histogram(
+            "rawp_store_append_seconds",
+            "Store append latency",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.relay_latency = Histogram(
+            "rawp_relay_seconds",
+            "From a frame's arrival to its fan-out",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )

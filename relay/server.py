@@ -1,0 +1,156 @@
+"""Start-up and ordered shutdown of one master: store → hub → WebSocket + HTTP listeners.
+
+Shutdown is idempotent and ordered (as uvicorn / aiohttp do it): stop accepting, close
+every connection with 1001, wait for them with a timeout, stop background work, close the
+store last. SIGTERM and SIGINT trigger it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import signal
+import ssl
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import structlog
+from aiohttp import web
+from websockets.asyncio.server import Server, serve
+
+from .config import Settings
+from .http import create_app
+from .hub import Hub
+from .store import open_store
+from .store.base import Store
+from .ws import WebSocketEndpoint
+
+__all__ = ["Master"]
+
+log = structlog.get_logger("rawp.server")
+
+
+class Master:
+    """One master process's servers. ``await start()``, then ``await stop()``."""
+
+    def __init__(
+        self, settings: Settings, *, store: Store | None = None, session_lock: bool = True
+    ) -> None:
+        if not settings.node_id:
+            settings = replace(settings, node_id="m-" + secrets.token_hex(4))
+        self.settings = settings
+        self.store = (
+            store
+            if store is not None
+            else open_store(
+                settings.store, cluster=settings.redis_cluster, retention=settings.retention
+            )
+        )
+        self.hub = Hub(settings, self.store, session_lock=session_lock)
+        self.ws_port = settings.ws_port
+        self.http_port = settings.http_port
+        self._ws_server: Server | None = None
+        self._http_runner: web.AppRunner | None = None
+        self._stopped: asyncio.Event | None = None
+        self._stopping: asyncio.Task[None] | None = None
+
+    @property
+    def ws_url(self) -> str:
+        """Where clients and edges connect."""
+        return f"{self.settings.scheme[0]}://{_host(self.settings.host)}:{self.ws_port}/v1/ws"
+
+    @property
+    def http_url(self) -> str:
+        """The HTTP API's base URL."""
+        return f"{self.settings.scheme[1]}://{_host(self.settings.host)}:{self.http_port}"
+
+    async def start(self) -> None:
+        """Open the store, then listen (HTTP first, so the dashboard's origin is known)."""
+        self._stopped = asyncio.Event()
+        await self.hub.start()
+        tls = self._tls()
+        runner = web.AppRunner(create_app(self.hub), access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, self.settings.host, self.settings.http_port, ssl_context=tls)
+        await site.start()
+        self._http_runner = runner
+        self.http_port = _bound_port(runner.addresses, self.settings.http_port)
+        endpoint = WebSocketEndpoint(self.hub, allowed_origins=self._origins())
+        self._ws_server = await serve(
+            endpoint.handler,
+            self.settings.host,
+            self.settings.ws_port,
+            process_request=endpoint.process_request,
+            select_subprotocol=endpoint.select_subprotocol,
+            max_size=self.settings.max_frame_bytes,
+            max_queue=64,
+            ping_interval=self.settings.heartbeat_interval_s,
+            ping_timeout=self.settings.heartbeat_timeout_s,
+            open_timeout=self.settings.hello_timeout_s,
+            compression=None,
+            ssl=tls,
+            server_header="rawp",
+        )
+        sock = next(iter(self._ws_server.sockets))
+        self.ws_port = sock.getsockname()[1]
+        log.info("listening", ws=self.ws_url, http=self.http_url, store=self.store.name)
+
+    def _origins(self) -> frozenset[str]:
+        own = {
+            f"{self.settings.scheme[1]}://{host}:{self.http_port}"
+            for host in {_host(self.settings.host), "localhost", "127.0.0.1", "[::1]"}
+        }
+        return frozenset(own | set(self.settings.allowed_origins))
+
+    def _tls(self) -> ssl.SSLContext | None:
+        if not self.settings.tls_cert:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self.settings.tls_cert, self.settings.tls_key)
+        return context
+
+    async def stop(self) -> None:
+        """Ordered shutdown; safe to call more than once and concurrently."""
+        if self._stopping is None:
+            self._stopping = asyncio.get_running_loop().create_task(self._stop())
+        await asyncio.shield(self._stopping)
+
+    async def _stop(self) -> None:
+        timeout = self.settings.shutdown_timeout_s
+        self.hub.shutting_down = True
+        if self._ws_server is not None:
+            # Stops accepting, then closes every connection with 1001 (going away).
+            self._ws_server.close(close_connections=True)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ws_server.wait_closed(), timeout)
+        if self._http_runner is not None:
+            await self._http_runner.cleanup()
+        await self.hub.stop()
+        await self.store.close()
+        if self._stopped is not None:
+            self._stopped.set()
+        log.info("stopped")
+
+    async def run_until_signalled(self, on_started: Callable[[], None] | None = None) -> None:
+        """Serve until SIGTERM / SIGINT, then shut down in order."""
+        await self.start()
+        if on_started is not None:
+            on_started()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, lambda: loop.create_task(self.stop()))
+        assert self._stopped is not None
+        await self._stopped.wait()
+
+
+def _host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _bound_port(addresses: list[Any], default: int) -> int:
+    for address in addresses:
+        if isinstance(address, tuple) and len(address) >= 2:
+            return int(address[1])
+    return default

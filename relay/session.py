@@ -1,0 +1,734 @@
+"""One session on this node: validate → append → fold → fan out, attach, detach, terminate.
+
+Everything that changes a session runs under its lock (``Session.lock``), so the log, the
+folded state and the set of attached participants always move together: attach reads the
+backlog and joins live delivery with no append in between, and delete and attach of the
+same session are serialized (seed 001's race, notes §9).
+
+Frames from participants go through an inbox drained by one worker task per session. The
+worker takes every queued frame at once, checks and folds each against the state machine,
+and appends the accepted ones in one store call (group commit: while one write is in
+flight, the next frames queue for the next batch). A batch the store refuses is answered
+``store_unavailable`` and the state is rebuilt from the log, so nothing unlogged survives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+import msgspec
+import structlog
+
+from protocol import codec
+from protocol.buffers import BoundedBuffer
+from protocol.errors import (
+    ClientAttached,
+    Forbidden,
+    ProtocolError,
+    StoreUnavailable,
+    StoreUnavailableError,
+)
+from protocol.finalize import finalize, fold_entry, plan_history
+from protocol.frames import (
+    BufferGrant,
+    Deleted,
+    DeletedPayload,
+    Frame,
+    GenericFrame,
+    Hello,
+    History,
+    HistoryPayload,
+    Presence,
+    PresencePayload,
+    Received,
+    Renamed,
+    Sender,
+    SessionError,
+    SessionErrorPayload,
+    SessionInfo,
+    ToolResult,
+    ToolResultPayload,
+    TurnEnd,
+    TurnEndPayload,
+    Welcome,
+    WelcomePayload,
+)
+from protocol.state import SessionState, fold, status
+
+from .fanout import SLOW_CONSUMER, Outbox, Sink
+from .store.base import LogEntry, NewEntry, ParticipantRecord, SessionHeader
+
+if TYPE_CHECKING:
+    from .auth import Principal
+    from .hub import Hub
+
+__all__ = ["Participant", "Session", "rebuild_state"]
+
+log = structlog.get_logger("rawp.session")
+
+_BATCH: Final = 512
+_RECENT_IDS: Final = 65536
+_SUPERSEDED: Final = 4409
+_NORMAL: Final = 1000
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def rebuild_state(entries: Sequence[LogEntry], name: str = "") -> SessionState:
+    """Fold a log from seq 1 into a fresh state (load, and after a refused batch)."""
+    state = SessionState(name=name)
+    for entry in entries:
+        try:
+            fold_entry(state, codec.decode(entry.data), entry.sender_role)  # type: ignore[arg-type]
+        except ProtocolError:
+            continue  # what the master logged was checked; tolerate entries of older builds
+    return state
+
+
+class Participant:
+    """One attached connection of a participant (a client or an edge)."""
+
+    def __init__(
+        self,
+        session: Session,
+        record: ParticipantRecord,
+        sink: Sink,
+        principal: Principal,
+        *,
+        send_queue_bytes: int,
+    ) -> None:
+        self.session = session
+        self.record = record
+        self.sink = sink
+        self.principal = principal
+        self.generation = record.generation
+        self.fenced = False
+        self.sender = Sender(role=record.role, participant_id=record.participant_id)
+        self.outbox = Outbox(
+            sink,
+            limit_bytes=send_queue_bytes,
+            on_sent=self._sent,
+            on_overflow=self._overflow,
+        )
+        self.acked: int | None = None
+
+    @property
+    def id(self) -> str:
+        """The participant id."""
+        return self.record.participant_id
+
+    @property
+    def role(self) -> Literal["client", "edge"]:
+        """client or edge."""
+        return self.record.role
+
+    def _sent(self, seq: int) -> None:
+        if seq > self.record.cursor and self.acked is None:
+            self.record.cursor = seq
+
+    def ack(self, last_seq: int) -> None:
+        """connection.ack: from now on the cursor follows what the participant confirmed."""
+        self.acked = max(self.acked or 0, min(last_seq, self.session.head))
+        self.record.cursor = self.acked
+
+    def _overflow(self) -> None:
+        log.warning("slow_consumer", participant_id=self.id, session_id=self.session.id)
+        self.session.hub.metrics.slow_consumers.inc()
+        asyncio.get_running_loop().create_task(
+            self.sink.close(SLOW_CONSUMER, "slow_consumer: send queue over its bound")
+        )
+
+    def send_error(self, error: ProtocolError, *, lost_frame_count: int | None = None) -> None:
+        """Send a non-logged ``session.error`` to this participant only."""
+        self.session.hub.metrics.errors.labels(error.code).inc()
+        frame = SessionError(
+            message_id=codec.new_message_id(),
+            session_id=self.session.id,
+            timestamp=codec.now(),
+            sender=self.session.hub.master_sender,
+            payload=SessionErrorPayload(
+                error_code=error.code,
+                message=error.message,
+                fatal=error.fatal,
+                lost_frame_count=lost_frame_count,
+            ),
+        )
+        self.outbox.put(codec.encode(frame))
+
+
+@dataclass
+class _Pending:
+    """A frame folded into the state and waiting for its batch to be appended."""
+
+    participant: Participant | None
+    frame: Frame | GenericFrame
+    entry: NewEntry
+
+
+class Session:
+    """The coordinator of one session on this node."""
+
+    def __init__(self, hub: Hub, header: SessionHeader, state: SessionState, head: int) -> None:
+        self.hub = hub
+        self.id = header.session_id
+        self.header = header
+        self.state = state
+        self.head = head
+        self.lock: contextlib.AbstractAsyncContextManager[Any] = hub.new_session_lock()
+        self.participants: dict[str, Participant] = {}
+        self.client_id: str | None = None
+        self.terminated = False
+        self.listeners: set[Callable[[LogEntry], None]] = set()
+        self._inbox: deque[tuple[Participant, Frame | GenericFrame, bytes]] = deque()
+        self._wake = asyncio.Event()
+        self._space = asyncio.Event()
+        self._space.set()
+        self._recent: OrderedDict[str, None] = OrderedDict()
+        self._worker: asyncio.Task[None] | None = None
+
+    # --- intake --------------------------------------------------------------------------
+
+    async def submit(
+        self, participant: Participant, frame: Frame | GenericFrame, raw: bytes
+    ) -> None:
+        """Queue a participant's frame for the worker; waits only when the inbox is full."""
+        if self.terminated or participant.fenced:
+            return
+        self._inbox.append((participant, frame, raw))
+        self._wake.set()
+        if self._worker is None:
+            self._worker = asyncio.get_running_loop().create_task(self._work())
+        if len(self._inbox) >= self.hub.settings.inbox_frames:
+            self._space.clear()
+            await self._space.wait()
+
+    async def _work(self) -> None:
+        while not self.terminated:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._inbox and not self.terminated:
+                batch = [self._inbox.popleft() for _ in range(min(_BATCH, len(self._inbox)))]
+                self._space.set()
+                try:
+                    async with self.lock:
+                        await self._commit(batch)
+                except Exception:
+                    log.exception("commit_failed", session_id=self.id)
+
+    async def _commit(self, batch: list[tuple[Participant, Frame | GenericFrame, bytes]]) -> None:
+        pending: list[_Pending] = []
+        for participant, frame, raw in batch:
+            if self.terminated:
+                return
+            if participant.fenced or frame.message_id in self._recent:
+                continue  # fenced generation, or a duplicate: logged once (notes §7)
+            if isinstance(frame, History):
+                await self._flush(pending)
+                pending = []
+                await self._accept_history(participant, frame)
+                continue
+            try:
+                warnings = fold(self.state, frame, participant.role)
+            except ProtocolError as exc:
+                participant.send_error(exc)
+                continue
+            for warning in warnings:
+                participant.send_error(warning)
+            if isinstance(frame, Deleted):
+                # A delete request is not relayed; the master's own session.deleted is (§15.8).
+                await self._flush(pending)
+                await self._terminate("user_request", participant.role)
+                return
+            head, tail = codec.stamp_parts(raw, frame, participant.sender)
+            entry = NewEntry(
+                message_id=frame.message_id,
+                type=_type_of(frame),
+                head=head,
+                tail=tail,
+                sender_id=participant.id,
+                sender_role=participant.role,
+                # A rename goes back to the edge that asked, too (notes §15.9).
+                exclude=None if isinstance(frame, Renamed) else participant.id,
+            )
+            pending.append(_Pending(participant, frame, entry))
+            if isinstance(frame, SessionError) and frame.payload.fatal:
+                await self._flush(pending)
+                await self._terminate("error", participant.role)
+                return
+        await self._flush(pending)
+
+    async def _flush(self, pending: list[_Pending]) -> bool:
+        """Append folded frames in one store call, then deliver them. False if refused."""
+        if not pending:
+            return True
+        started = time.perf_counter()
+        try:
+            results = await self.hub.store.append(self.id, [p.entry for p in pending])
+        except StoreUnavailableError as exc:
+            self.hub.metrics.store_errors.inc()
+            for p in pending:
+                if p.participant is not None:
+                    p.participant.send_error(
+                        StoreUnavailable(f"frame {p.frame.message_id} was not stored: {exc}")
+                    )
+            await self._rebuild()
+            return False
+        self.hub.metrics.store_latency.observe(time.perf_counter() - started)
+        rebuild = False
+        for p, result in zip(pending, results, strict=True):
+            if result.duplicate:
+                rebuild = True  # folded speculatively but already in the log
+                continue
+            entry = LogEntry(
+                seq=result.seq,
+                message_id=p.entry.message_id,
+                type=p.entry.type,
+                data=b"%s%d%s" % (p.entry.head, result.seq, p.entry.tail),
+                sender_id=p.entry.sender_id,
+                sender_role=p.entry.sender_role,
+                exclude=p.entry.exclude,
+                edges_only=p.entry.edges_only,
+            )
+            self._committed(entry, p.participant)
+            if isinstance(p.frame, Renamed):
+                self.header.name = p.frame.payload.name
+                await self.hub.store.rename_session(self.id, p.frame.payload.name)
+        if rebuild:
+            await self._rebuild()
+        return True
+
+    def _committed(self, entry: LogEntry, sender: Participant | None) -> None:
+        self.head = max(self.head, entry.seq)
+        self._remember(entry.message_id)
+        if sender is not None:
+            sender.record.last_received_message_id = entry.message_id
+        self.deliver(entry)
+
+    def deliver(self, entry: LogEntry) -> None:
+        """Fan one committed entry out to this node's participants and listeners."""
+        sent = 0
+        for q in self.participants.values():
+            if entry.delivered_to(q.id, q.role):
+                q.outbox.put(entry.data, entry.seq)
+                sent += 1
+        self.hub.metrics.frames_out.inc(sent)
+        for listener in tuple(self.listeners):
+            listener(entry)
+
+    def _remember(self, message_id: str) -> None:
+        self._recent[message_id] = None
+        if len(self._recent) > _RECENT_IDS:
+            self._recent.popitem(last=False)
+
+    async def _rebuild(self) -> None:
+        """Refold the state from the log (after a refused or partly duplicate batch)."""
+        try:
+            entries = await self.hub.store.read(self.id)
+            self.head = await self.hub.store.head_seq(self.id)
+        except StoreUnavailableError:
+            self.hub.schedule_reload(self)
+            return
+        self.state = rebuild_state(entries, self.header.name)
+
+    # --- master-made frames --------------------------------------------------------------
+
+    async def append_master(
+        self,
+        frames: Sequence[Frame],
+        *,
+        exclude: str | None = None,
+        edges_only: bool = False,
+    ) -> bool:
+        """Fold, log and deliver frames the master makes (notes §15.2). False if not logged."""
+        sender = self.hub.master_sender
+        pending: list[_Pending] = []
+        for frame in frames:
+            bare = msgspec.structs.replace(frame, sender=None)
+            fold(self.state, bare, "master")
+            head, tail = codec.stamp_parts(codec.encode(bare), bare, sender)
+            entry = NewEntry(
+                message_id=frame.message_id,
+                type=_type_of(frame),
+                head=head,
+                tail=tail,
+                sender_id=sender.participant_id,
+                sender_role="master",
+                exclude=exclude,
+                edges_only=edges_only,
+            )
+            pending.append(_Pending(None, bare, entry))
+        return await self._flush(pending)
+
+    def _envelope(self) -> dict[str, Any]:
+        return {
+            "message_id": codec.new_message_id(),
+            "session_id": self.id,
+            "timestamp": codec.now(),
+        }
+
+    def _presence(self, participant: ParticipantRecord, state: str) -> Presence:
+        return Presence(
+            payload=PresencePayload(
+                participant_id=participant.participant_id,
+                role=participant.role,
+                state=state,  # type: ignore[arg-type]
+            ),
+            **self._envelope(),
+        )
+
+    # --- history from the client (§7.1.1, §7.8.3, notes §15.1, §15.10) -------------------
+
+    async def _accept_history(self, participant: Participant, frame: History) -> None:
+        frames: list[Frame | GenericFrame] = []
+        raw_of: dict[int, bytes] = {}  # the history's own bytes travel untouched
+        for raw in frame.payload.frames:
+            try:
+                inner = codec.decode(raw)
+            except ProtocolError as exc:
+                participant.send_error(exc)
+                continue
+            if inner.session_id != self.id:
+                participant.send_error(
+                    ProtocolError(f"history frame {inner.message_id} names another session")
+                )
+                continue
+            if inner.message_id in self._recent or await self.hub.store.message_seq(
+                self.id, inner.message_id
+            ):
+                continue  # already logged live: logged once (notes §7)
+            frames.append(inner)
+            raw_of[id(inner)] = bytes(raw)
+        try:
+            plan = plan_history(self.state, frames, frame.payload.buffer_status, participant.role)
+        except ProtocolError as exc:
+            participant.send_error(exc)
+            return
+        for refused, error in plan.refused:
+            participant.send_error(
+                type(error)(f"history frame {refused.message_id} refused: {error.message}")
+            )
+        kept = [raw_of[id(f)] for f in plan.accepted]
+        entry_frame = History(
+            message_id=frame.message_id,
+            session_id=self.id,
+            timestamp=frame.timestamp,
+            metadata=frame.metadata,
+            payload=HistoryPayload(
+                frames=[msgspec.Raw(b) for b in kept],
+                buffer_status=frame.payload.buffer_status,
+                last_sync_timestamp=frame.payload.last_sync_timestamp,
+                last_message_id=frame.payload.last_message_id,
+            ),
+        )
+        previous = self.state
+        self.state = plan.state
+        encoded = codec.encode(entry_frame)
+        head, tail = codec.stamp_parts(encoded, entry_frame, participant.sender)
+        entry = NewEntry(
+            message_id=frame.message_id,
+            type="session.history",
+            head=head,
+            tail=tail,
+            sender_id=participant.id,
+            sender_role=participant.role,
+            exclude=participant.id,
+        )
+        if not await self._flush([_Pending(participant, entry_frame, entry)]):
+            self.state = previous
+            return
+        if plan.accepted:
+            participant.record.last_received_message_id = plan.accepted[-1].message_id
+        status_ = frame.payload.buffer_status
+        if status_.truncated:
+            # §7.1.1 MUST: tell the users the data is incomplete.
+            self.hub.metrics.truncations.inc()
+            lost = status_.lost_frame_count
+            notice = SessionError(
+                payload=SessionErrorPayload(
+                    error_code="history_truncated",
+                    message=(
+                        "the client's history was truncated: "
+                        + (f"{lost} frames were lost" if lost is not None else "frames were lost")
+                        + f" ({status_.policy_applied} buffer); this session's data is incomplete"
+                    ),
+                    fatal=False,
+                    lost_frame_count=lost,
+                ),
+                **self._envelope(),
+            )
+            await self.append_master([notice], edges_only=True)
+
+    # --- attach / detach -----------------------------------------------------------------
+
+    async def attach(self, sink: Sink, hello: Hello, principal: Principal) -> Participant:
+        """Attach a connection (caller holds ``self.lock``); queues welcome and backlog."""
+        store = self.hub.store
+        settings = self.hub.settings
+        p = hello.payload
+        role: Literal["client", "edge"] = p.role
+        record = None
+        if p.participant_id:
+            record = await store.get_participant(self.id, p.participant_id)
+            if record is not None and record.role != role:
+                record = None
+        if role == "client":
+            current = self._attached_client()
+            if current is not None and (record is None or current.id != record.participant_id):
+                raise ClientAttached("another client is attached to this session")
+            if self.client_id is not None and (
+                record is None or record.participant_id != self.client_id
+            ):
+                await self._expire_record(self.client_id)
+        elif (
+            sum(1 for q in self.participants.values() if q.role == "edge")
+            >= settings.max_edges_per_session
+        ):
+            raise Forbidden("this session has its maximum number of edges attached")
+        resumed = record is not None
+        if record is None:
+            record = ParticipantRecord(participant_id=_new_participant_id(), role=role)
+        previous = self.participants.pop(record.participant_id, None)
+        if previous is not None:
+            # Takeover: fence the older generation; no finalization (notes §15.6).
+            previous.fenced = True
+            previous.outbox.close()
+            asyncio.get_running_loop().create_task(
+                previous.sink.close(_SUPERSEDED, "superseded by a newer connection")
+            )
+        record.generation += 1
+        record.attached = True
+        record.node_id = settings.node_id
+        record.detached_at_ms = None
+        record.buffer = self._grant(p.buffer, record.buffer)
+        await store.clear_deadline(self.id, record.participant_id)
+        participant = Participant(
+            self, record, sink, principal, send_queue_bytes=settings.send_queue_bytes
+        )
+        participant.outbox.put(codec.encode(self._welcome(record, resumed)))
+        cursor = p.resume.last_seq if p.resume is not None else None
+        if cursor is None and resumed:
+            cursor = record.cursor
+        if cursor is not None:
+            resume_id = p.resume.last_message_id if p.resume is not None else None
+            participant.outbox.put(await self._backlog(participant, cursor, resume_id))
+            record.cursor = max(min(cursor, self.head), record.cursor if resumed else 0)
+        else:
+            record.cursor = self.head
+        self.participants[record.participant_id] = participant
+        if role == "client":
+            self.client_id = record.participant_id
+        await store.put_participant(self.id, record)
+        if previous is None:
+            await self.append_master(
+                [self._presence(record, "attached")], exclude=record.participant_id
+            )
+        participant.outbox.start()
+        return participant
+
+    def _attached_client(self) -> Participant | None:
+        for q in self.participants.values():
+            if q.role == "client":
+                return q
+        return None
+
+    def _grant(self, asked: Any, previous: BufferGrant | None) -> BufferGrant:
+        """Policy: the hello's, else the previous one, else RING at the server cap (§15.5)."""
+        cap = self.hub.settings.buffer_capacity
+        if asked is not None:
+            return BufferGrant(policy=asked.policy, capacity_bytes=min(asked.capacity_bytes, cap))
+        if previous is not None:
+            return BufferGrant(
+                policy=previous.policy, capacity_bytes=min(previous.capacity_bytes, cap)
+            )
+        return BufferGrant(policy="RING", capacity_bytes=cap)
+
+    def _welcome(self, record: ParticipantRecord, resumed: bool) -> Welcome:
+        settings = self.hub.settings
+        assert record.buffer is not None
+        return Welcome(
+            payload=WelcomePayload(
+                participant_id=record.participant_id,
+                generation=record.generation,
+                resumed=resumed,
+                session=SessionInfo(
+                    session_id=self.id,
+                    name=self.header.name,
+                    status=status(self.state),
+                    head_seq=self.head,
+                    epoch=self.header.epoch,
+                    created_at=codec.parse_time(self.header.created_at),
+                ),
+                reattach_window_ms=int(settings.reattach_window_s * 1000),
+                heartbeat_interval_ms=int(settings.heartbeat_interval_s * 1000),
+                max_frame_bytes=settings.max_frame_bytes,
+                buffer=record.buffer,
+                received=Received(last_message_id=record.last_received_message_id),
+            ),
+            sender=self.hub.master_sender,
+            **self._envelope(),
+        )
+
+    async def _backlog(self, participant: Participant, cursor: int, resume_id: str | None) -> bytes:
+        """The M→participant ``session.history`` for everything after ``cursor`` (notes §7)."""
+        store = self.hub.store
+        grant = participant.record.buffer
+        assert grant is not None
+        entries = await store.read(self.id, after_seq=cursor)
+        first_kept = await store.trimmed_before(self.id)
+        anchor = (await store.read(self.id, after_seq=cursor - 1, limit=1)) if cursor > 0 else []
+        anchor_entry = anchor[0] if anchor and anchor[0].seq == cursor else None
+        # A cursor past our head, or naming another frame, is from a log we no longer have.
+        foreign = cursor > self.head or (
+            resume_id is not None
+            and anchor_entry is not None
+            and anchor_entry.message_id != resume_id
+        )
+        trimmed = max(0, first_kept - cursor - 1) if cursor < first_kept else 0
+        buffer: BoundedBuffer[LogEntry] = BoundedBuffer(grant.policy, grant.capacity_bytes)
+        for entry in entries:
+            if entry.delivered_to(participant.id, participant.role):
+                buffer.push(entry.data, entry)
+        buffer_status = buffer.status(extra_lost=trimmed, unknown_loss=foreign)
+        if anchor_entry is not None:
+            last_id = anchor_entry.message_id
+            last_time = codec.decode(anchor_entry.data).timestamp
+        else:
+            last_id = ""
+            last_time = codec.parse_time(self.header.created_at)
+        history = History(
+            payload=HistoryPayload(
+                frames=[msgspec.Raw(data) for data in buffer.kept_bytes()],
+                buffer_status=buffer_status,
+                last_sync_timestamp=last_time,
+                last_message_id=last_id,
+            ),
+            sender=self.hub.master_sender,
+            **self._envelope(),
+        )
+        return codec.encode(history)
+
+    async def detach(self, participant: Participant, *, finalize_client: bool = True) -> None:
+        """The participant's connection is gone (notes §5): presence, window, §7.8.1."""
+        async with self.lock:
+            if self.terminated or participant.fenced:
+                return
+            if self.participants.get(participant.id) is not participant:
+                return
+            del self.participants[participant.id]
+            participant.outbox.close()
+            record = participant.record
+            record.attached = False
+            record.detached_at_ms = _now_ms()
+            store = self.hub.store
+            try:
+                await store.put_participant(self.id, record)
+                await store.set_deadline(self.hub.deadline_for(self.id, record.participant_id))
+                await self.append_master(
+                    [self._presence(record, "detached")], exclude=record.participant_id
+                )
+                if participant.role == "client" and finalize_client:
+                    synthetic = finalize(
+                        self.state, session_id=self.id, sender=self.hub.master_sender
+                    )
+                    if synthetic:
+                        await self.append_master(synthetic)
+            except StoreUnavailableError:
+                self.hub.schedule_reload(self)
+
+    async def expire(self, participant_id: str) -> None:
+        """The participant's reattach window ran out (notes §5, §9)."""
+        async with self.lock:
+            if self.terminated or participant_id in self.participants:
+                return
+            if participant_id == self.client_id:
+                await self._terminate("timeout", "system")
+            else:
+                await self._expire_record(participant_id)
+
+    async def _expire_record(self, participant_id: str) -> None:
+        record = await self.hub.store.get_participant(self.id, participant_id)
+        await self.hub.store.remove_participant(self.id, participant_id)
+        await self.hub.store.clear_deadline(self.id, participant_id)
+        if participant_id == self.client_id:
+            self.client_id = None
+        if record is not None:
+            await self.append_master([self._presence(record, "expired")], exclude=participant_id)
+
+    # --- termination (§7.5.3, §7.7, notes §9) ---------------------------------------------
+
+    async def terminate(self, reason: str, deleted_by: str) -> None:
+        """Delete the session with the §7.5.3 / §7.7 order to every attached participant."""
+        async with self.lock:
+            await self._terminate(reason, deleted_by)
+
+    async def _terminate(self, reason: str, deleted_by: str) -> None:
+        if self.terminated:
+            return
+        frames: list[Frame] = []
+        for call in self.state.open_calls:
+            frames.append(
+                ToolResult(
+                    payload=ToolResultPayload(
+                        call_id=call, status="cancelled", output="Session deleted"
+                    ),
+                    **self._envelope(),
+                )
+            )
+        if self.state.turn_id is not None:
+            frames.append(
+                TurnEnd(
+                    payload=TurnEndPayload(turn_id=self.state.turn_id, stop_reason="error"),
+                    **self._envelope(),
+                )
+            )
+        frames.append(
+            Deleted(
+                payload=DeletedPayload(
+                    session_id=self.id,
+                    reason=reason,  # type: ignore[arg-type]
+                    deleted_by=deleted_by,  # type: ignore[arg-type]
+                ),
+                **self._envelope(),
+            )
+        )
+        self.state.before_finalization = None
+        if not await self.append_master(frames):
+            # Not durable, but the participants must still hear the order before close.
+            for frame in frames:
+                data = codec.encode(msgspec.structs.replace(frame, sender=self.hub.master_sender))
+                for q in self.participants.values():
+                    q.outbox.put(data)
+        self.terminated = True
+        self._space.set()
+        attached = list(self.participants.values())
+        await asyncio.gather(
+            *(q.outbox.drain(self.hub.settings.shutdown_timeout_s) for q in attached)
+        )
+        for q in attached:
+            q.fenced = True
+            q.outbox.close()
+        await asyncio.gather(
+            *(q.sink.close(_NORMAL, f"session deleted ({reason})") for q in attached),
+            return_exceptions=True,
+        )
+        self.participants.clear()
+        with contextlib.suppress(StoreUnavailableError):
+            await self.hub.store.delete_session(self.id)
+        self.hub.forget(self)
+        log.info("session_deleted", session_id=self.id, reason=reason, deleted_by=deleted_by)
+
+
+def _new_participant_id() -> str:
+    return "p-" + codec.new_message_id()
+
+
+def _type_of(frame: Frame | GenericFrame) -> str:
+    return frame.type

@@ -1,0 +1,255 @@
+"""The store: the one interface the master uses for everything that must outlive a socket.
+
+Both backends (``memory``, embedded default; ``redis``, durable and shared by many nodes)
+pass one contract suite (``tests/contract``). What the suite holds every backend to:
+
+* ``append`` assigns dense seqs (from 1), dedupes by ``message_id`` within the session, and
+  returns only once the entries are durable (notes §7, §12; seed 004).
+* an entry's stored bytes are ``head + str(seq) + tail`` (the envelope with the master's
+  ``seq`` spliced in, :func:`protocol.codec.stamp`), so a backend can assign the seq itself.
+* ``read`` returns entries in seq order; ``trimmed_before`` says where retention cut the log.
+* ``delete_session`` removes the log, participants and deadlines and leaves a tombstone.
+* a header whose ``format_version`` is newer than this build is refused with
+  :class:`FormatVersionError` ("upgrade"), never reported as corrupt.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import Final, Literal
+
+import msgspec
+
+from protocol.frames import BufferGrant
+
+__all__ = [
+    "FORMAT_VERSION",
+    "AppendResult",
+    "Credential",
+    "Deadline",
+    "LogEntry",
+    "NewEntry",
+    "ParticipantRecord",
+    "SessionHeader",
+    "Store",
+]
+
+FORMAT_VERSION: Final = 1
+"""Version of the stored layout; a header with a larger one is refused (seed 004)."""
+
+
+class SessionHeader(msgspec.Struct, kw_only=True):
+    """Beside the log, never inside it (seed 004): identity, lineage and format."""
+
+    session_id: str
+    workspace: str
+    name: str = ""
+    agent_id: str | None = None
+    created_at: str
+    epoch: str
+    format_version: int = FORMAT_VERSION
+    parent_session_id: str | None = None
+    seed_length: int = 0
+    revision: int = 0
+
+
+class NewEntry(msgspec.Struct, kw_only=True, array_like=True):
+    """An entry to append: the stamped envelope is ``head + str(seq) + tail``.
+
+    ``exclude`` is the participant the entry is not delivered to (its sender, or the subject
+    of a presence frame); ``edges_only`` limits delivery to edges (notes §15.4).
+    """
+
+    message_id: str
+    type: str
+    head: bytes
+    tail: bytes
+    sender_id: str
+    sender_role: str
+    exclude: str | None = None
+    edges_only: bool = False
+
+
+class LogEntry(msgspec.Struct, kw_only=True, array_like=True):
+    """One committed entry of a session log."""
+
+    seq: int
+    message_id: str
+    type: str
+    data: bytes
+    sender_id: str
+    sender_role: str
+    exclude: str | None = None
+    edges_only: bool = False
+
+    def delivered_to(self, participant_id: str, role: str) -> bool:
+        """Would live delivery send this entry to that participant (notes §15.4)?"""
+        if participant_id == self.exclude:
+            return False
+        return not (self.edges_only and role != "edge")
+
+
+class AppendResult(msgspec.Struct, kw_only=True, array_like=True):
+    """Where an entry landed: its new seq, or the seq of the entry it duplicates."""
+
+    seq: int
+    duplicate: bool = False
+
+
+class ParticipantRecord(msgspec.Struct, kw_only=True):
+    """What the master keeps about one participant across its connections."""
+
+    participant_id: str
+    role: Literal["client", "edge"]
+    generation: int = 0
+    cursor: int = 0
+    buffer: BufferGrant | None = None
+    last_received_message_id: str | None = None
+    attached: bool = False
+    node_id: str = ""
+    detached_at_ms: int | None = None
+
+
+class Deadline(msgspec.Struct, kw_only=True, frozen=True):
+    """A timer that any node may fire: a detached participant's reattach window."""
+
+    session_id: str
+    participant_id: str
+    due_ms: int
+
+
+class Credential(msgspec.Struct, kw_only=True):
+    """An API key (``kind`` "key", one workspace) or a session token (one session).
+
+    Only the SHA-256 of the secret is stored.
+    """
+
+    digest: str
+    kind: Literal["key", "token"]
+    workspace: str
+    session_id: str | None = None
+    grants: list[str] = msgspec.field(default_factory=list)
+    expires_at_ms: int | None = None
+    revoked: bool = False
+    created_at_ms: int = 0
+
+
+class Store(abc.ABC):
+    """The session store (notes §12)."""
+
+    name: str = "store"
+
+    async def start(self) -> None:  # noqa: B027 - optional hook
+        """Connect and prepare (scripts, schema). Idempotent."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections. Idempotent."""
+
+    @abc.abstractmethod
+    async def ping(self) -> bool:
+        """True when the backend answers (readiness)."""
+
+    # --- sessions -------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def create_session(self, header: SessionHeader) -> tuple[SessionHeader, bool]:
+        """Create the session unless it exists; returns (header, created). Idempotent."""
+
+    @abc.abstractmethod
+    async def get_session(self, session_id: str) -> SessionHeader | None:
+        """The header, or None. Raises FormatVersionError for a newer format."""
+
+    @abc.abstractmethod
+    async def is_deleted(self, session_id: str) -> bool:
+        """True when the session existed and was deleted (tombstone)."""
+
+    @abc.abstractmethod
+    async def list_sessions(
+        self, workspace: str, *, after: str | None = None, limit: int = 100
+    ) -> list[SessionHeader]:
+        """Headers of a workspace ordered by session_id, after ``after``; revisions included."""
+
+    @abc.abstractmethod
+    async def rename_session(self, session_id: str, name: str) -> None:
+        """Change the header's name (and its revision)."""
+
+    @abc.abstractmethod
+    async def delete_session(self, session_id: str) -> bool:
+        """Remove header, log, participants and deadlines; leave a tombstone. False if absent."""
+
+    # --- the log --------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def append(self, session_id: str, entries: Sequence[NewEntry]) -> list[AppendResult]:
+        """Append atomically and durably, in order; duplicates (by message_id) keep their seq."""
+
+    @abc.abstractmethod
+    async def read(
+        self,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        before_seq: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[LogEntry]:
+        """Entries with after_seq < seq < before_seq, oldest first unless ``newest_first``."""
+
+    @abc.abstractmethod
+    async def head_seq(self, session_id: str) -> int:
+        """The last assigned seq (0 for an empty log)."""
+
+    @abc.abstractmethod
+    async def trimmed_before(self, session_id: str) -> int:
+        """The smallest seq still stored (1 when nothing was trimmed, head+1 when empty)."""
+
+    @abc.abstractmethod
+    async def message_seq(self, session_id: str, message_id: str) -> int | None:
+        """The seq of the entry with that message_id, if logged."""
+
+    @abc.abstractmethod
+    async def fork_session(self, source_id: str, header: SessionHeader, at_seq: int) -> bool:
+        """Create ``header``'s session with a copy of source's entries 1..at_seq."""
+
+    # --- participants and deadlines -------------------------------------------------------
+
+    @abc.abstractmethod
+    async def put_participant(self, session_id: str, record: ParticipantRecord) -> None:
+        """Insert or replace a participant record."""
+
+    @abc.abstractmethod
+    async def get_participant(
+        self, session_id: str, participant_id: str
+    ) -> ParticipantRecord | None:
+        """One participant record, or None."""
+
+    @abc.abstractmethod
+    async def list_participants(self, session_id: str) -> list[ParticipantRecord]:
+        """Every participant record of the session."""
+
+    @abc.abstractmethod
+    async def remove_participant(self, session_id: str, participant_id: str) -> None:
+        """Forget a participant (expired)."""
+
+    @abc.abstractmethod
+    async def set_deadline(self, deadline: Deadline) -> None:
+        """Arm (or move) the participant's deadline."""
+
+    @abc.abstractmethod
+    async def clear_deadline(self, session_id: str, participant_id: str) -> None:
+        """Disarm the participant's deadline."""
+
+    @abc.abstractmethod
+    async def claim_due_deadlines(self, now_ms: int, limit: int = 100) -> list[Deadline]:
+        """Remove and return deadlines due by ``now_ms``; each is returned to one caller only."""
+
+    # --- credentials ----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def put_credential(self, credential: Credential) -> None:
+        """Store a credential by its digest."""
+
+    @abc.abstractmethod
+    async def get_credential(self, digest: str) -> Credential | None:
+        """The credential with that digest, or None."""

@@ -1,0 +1,226 @@
+"""The embedded store: everything in this process's memory (the default, one node).
+
+Appends are synchronous under the event loop, so they are atomic and "durable" as far as
+this process goes; nothing survives a restart. Optional retention trims each log to its
+newest ``retention`` entries, so ``lost_frame_count`` arithmetic is exercised here too.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from protocol.errors import FormatVersionError
+
+from .base import (
+    FORMAT_VERSION,
+    AppendResult,
+    Credential,
+    Deadline,
+    LogEntry,
+    NewEntry,
+    ParticipantRecord,
+    SessionHeader,
+    Store,
+)
+
+__all__ = ["MemoryStore"]
+
+
+@dataclass
+class _Session:
+    header: SessionHeader
+    entries: list[LogEntry] = field(default_factory=list)
+    first_seq: int = 1  # smallest seq still stored
+    head: int = 0
+    by_message_id: dict[str, int] = field(default_factory=dict)
+    participants: dict[str, ParticipantRecord] = field(default_factory=dict)
+
+
+class MemoryStore(Store):
+    """In-process store (notes §12 ``memory``)."""
+
+    name = "memory"
+
+    def __init__(self, *, retention: int | None = None) -> None:
+        self._sessions: dict[str, _Session] = {}
+        self._tombstones: set[str] = set()
+        self._deadlines: dict[tuple[str, str], Deadline] = {}
+        self._credentials: dict[str, Credential] = {}
+        self._retention = retention
+
+    async def ping(self) -> bool:
+        return True
+
+    def _get(self, session_id: str) -> _Session | None:
+        return self._sessions.get(session_id)
+
+    async def create_session(self, header: SessionHeader) -> tuple[SessionHeader, bool]:
+        existing = self._sessions.get(header.session_id)
+        if existing is not None:
+            return existing.header, False
+        self._tombstones.discard(header.session_id)
+        self._sessions[header.session_id] = _Session(header=header)
+        return header, True
+
+    async def get_session(self, session_id: str) -> SessionHeader | None:
+        s = self._get(session_id)
+        if s is None:
+            return None
+        if s.header.format_version > FORMAT_VERSION:
+            raise FormatVersionError(
+                f"session {session_id} was written by a newer build (format "
+                f"{s.header.format_version} > {FORMAT_VERSION}); upgrade this master"
+            )
+        return s.header
+
+    async def is_deleted(self, session_id: str) -> bool:
+        return session_id in self._tombstones
+
+    async def list_sessions(
+        self, workspace: str, *, after: str | None = None, limit: int = 100
+    ) -> list[SessionHeader]:
+        ids = sorted(k for k, v in self._sessions.items() if v.header.workspace == workspace)
+        start = bisect.bisect_right(ids, after) if after is not None else 0
+        return [self._sessions[i].header for i in ids[start : start + limit]]
+
+    async def rename_session(self, session_id: str, name: str) -> None:
+        s = self._get(session_id)
+        if s is not None:
+            s.header.name = name
+            s.header.revision += 1
+
+    async def delete_session(self, session_id: str) -> bool:
+        s = self._sessions.pop(session_id, None)
+        for key in [k for k in self._deadlines if k[0] == session_id]:
+            del self._deadlines[key]
+        if s is None:
+            return False
+        self._tombstones.add(session_id)
+        return True
+
+    async def append(self, session_id: str, entries: Sequence[NewEntry]) -> list[AppendResult]:
+        s = self._get(session_id)
+        if s is None:
+            raise KeyError(session_id)
+        results: list[AppendResult] = []
+        for e in entries:
+            dup = s.by_message_id.get(e.message_id)
+            if dup is not None:
+                results.append(AppendResult(seq=dup, duplicate=True))
+                continue
+            s.head += 1
+            seq = s.head
+            s.by_message_id[e.message_id] = seq
+            s.entries.append(
+                LogEntry(
+                    seq=seq,
+                    message_id=e.message_id,
+                    type=e.type,
+                    data=b"%s%d%s" % (e.head, seq, e.tail),
+                    sender_id=e.sender_id,
+                    sender_role=e.sender_role,
+                    exclude=e.exclude,
+                    edges_only=e.edges_only,
+                )
+            )
+            results.append(AppendResult(seq=seq))
+        s.header.revision += len(entries)
+        if self._retention is not None and len(s.entries) > self._retention:
+            cut = len(s.entries) - self._retention
+            del s.entries[:cut]
+            s.first_seq = s.entries[0].seq
+        return results
+
+    async def read(
+        self,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        before_seq: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[LogEntry]:
+        s = self._get(session_id)
+        if s is None:
+            return []
+        # entries are dense from first_seq: index arithmetic instead of a scan.
+        lo = max(after_seq + 1, s.first_seq) - s.first_seq
+        hi = len(s.entries) if before_seq is None else max(0, before_seq - s.first_seq)
+        if lo >= hi:
+            return []
+        if newest_first:
+            start = hi - limit if limit is not None else lo
+            return s.entries[max(lo, start) : hi][::-1]
+        end = hi if limit is None else min(hi, lo + limit)
+        return s.entries[lo:end]
+
+    async def head_seq(self, session_id: str) -> int:
+        s = self._get(session_id)
+        return 0 if s is None else s.head
+
+    async def trimmed_before(self, session_id: str) -> int:
+        s = self._get(session_id)
+        if s is None:
+            return 1
+        return s.first_seq if s.entries else s.head + 1
+
+    async def message_seq(self, session_id: str, message_id: str) -> int | None:
+        s = self._get(session_id)
+        return None if s is None else s.by_message_id.get(message_id)
+
+    async def fork_session(self, source_id: str, header: SessionHeader, at_seq: int) -> bool:
+        source = self._get(source_id)
+        if source is None or header.session_id in self._sessions:
+            return False
+        copied = [e for e in source.entries if e.seq <= at_seq]
+        fork = _Session(header=header)
+        for e in copied:
+            fork.entries.append(e)
+            fork.by_message_id[e.message_id] = e.seq
+        fork.head = copied[-1].seq if copied else 0
+        fork.first_seq = copied[0].seq if copied else 1
+        self._sessions[header.session_id] = fork
+        self._tombstones.discard(header.session_id)
+        return True
+
+    async def put_participant(self, session_id: str, record: ParticipantRecord) -> None:
+        s = self._get(session_id)
+        if s is not None:
+            s.participants[record.participant_id] = record
+
+    async def get_participant(
+        self, session_id: str, participant_id: str
+    ) -> ParticipantRecord | None:
+        s = self._get(session_id)
+        return None if s is None else s.participants.get(participant_id)
+
+    async def list_participants(self, session_id: str) -> list[ParticipantRecord]:
+        s = self._get(session_id)
+        return [] if s is None else list(s.participants.values())
+
+    async def remove_participant(self, session_id: str, participant_id: str) -> None:
+        s = self._get(session_id)
+        if s is not None:
+            s.participants.pop(participant_id, None)
+
+    async def set_deadline(self, deadline: Deadline) -> None:
+        self._deadlines[deadline.session_id, deadline.participant_id] = deadline
+
+    async def clear_deadline(self, session_id: str, participant_id: str) -> None:
+        self._deadlines.pop((session_id, participant_id), None)
+
+    async def claim_due_deadlines(self, now_ms: int, limit: int = 100) -> list[Deadline]:
+        due = sorted(
+            (d for d in self._deadlines.values() if d.due_ms <= now_ms), key=lambda d: d.due_ms
+        )[:limit]
+        for d in due:
+            del self._deadlines[d.session_id, d.participant_id]
+        return due
+
+    async def put_credential(self, credential: Credential) -> None:
+        self._credentials[credential.digest] = credential
+
+    async def get_credential(self, digest: str) -> Credential | None:
+        return self._credentials.get(digest)

@@ -1,0 +1,196 @@
+"""The WebSocket endpoint ``/v1/ws`` (notes §2, §5): handshake, credentials, reader loop.
+
+One coroutine per connection: wait for ``connection.hello`` (4408 after the timeout), check
+version (4426) and credential (4401 / 4403), attach (4404 / 4409 / 4410), then read frames
+until the socket closes and hand each to the session. Nothing here parses JSON twice: the
+text message is encoded to bytes once and those bytes are what gets logged and relayed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Sequence
+from http import HTTPStatus
+from typing import Final
+
+import structlog
+from websockets.asyncio.server import ServerConnection
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+from websockets.typing import Subprotocol
+
+from protocol import codec
+from protocol.errors import (
+    HandshakeError,
+    HelloTimeout,
+    InvalidFrame,
+    MalformedHello,
+    ProtocolError,
+    ProtocolVersionMismatch,
+    RateLimited,
+    UnsupportedData,
+)
+from protocol.frames import SUBPROTOCOL, Ack, Hello
+
+from .hub import Hub
+from .session import Participant, Session
+
+__all__ = ["WS_PATH", "RateLimiter", "WebSocketEndpoint"]
+
+log = structlog.get_logger("rawp.ws")
+
+WS_PATH: Final = "/v1/ws"
+_POLICY: Final = 1008
+_connection_ids = itertools.count(1)
+
+
+class RateLimiter:
+    """Token buckets for frames/s and bytes/s of one connection (notes §11)."""
+
+    def __init__(self, frames_per_s: float, bytes_per_s: float, burst_s: float) -> None:
+        self._rates = (frames_per_s, bytes_per_s)
+        self._caps = (frames_per_s * burst_s, bytes_per_s * burst_s)
+        self._tokens = list(self._caps)
+        self._at = time.monotonic()
+        self.strikes = 0
+
+    def allow(self, size: int) -> bool:
+        """Spend one frame and ``size`` bytes; False (and a strike) when over the limit."""
+        now = time.monotonic()
+        elapsed, self._at = now - self._at, now
+        for i in (0, 1):
+            self._tokens[i] = min(self._caps[i], self._tokens[i] + elapsed * self._rates[i])
+        if self._tokens[0] >= 1 and self._tokens[1] >= size:
+            self._tokens[0] -= 1
+            self._tokens[1] -= size
+            self.strikes = 0
+            return True
+        self.strikes += 1
+        return False
+
+
+class WebSocketEndpoint:
+    """Callbacks for ``websockets.asyncio.server.serve``."""
+
+    def __init__(self, hub: Hub, *, allowed_origins: frozenset[str]) -> None:
+        self.hub = hub
+        self.allowed_origins = allowed_origins
+
+    def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        """Refuse wrong paths, foreign browser origins and foreign subprotocols (notes §2)."""
+        if request.path.split("?", 1)[0] != WS_PATH:
+            return connection.respond(HTTPStatus.NOT_FOUND, f"RAWP is served at {WS_PATH}\n")
+        origin = request.headers.get("Origin")
+        if origin is not None and origin not in self.allowed_origins:
+            return connection.respond(HTTPStatus.FORBIDDEN, f"origin {origin} is not allowed\n")
+        offered = _offered_subprotocols(request.headers)
+        if offered and SUBPROTOCOL not in offered:
+            return connection.respond(
+                HTTPStatus.BAD_REQUEST, f"this master speaks the {SUBPROTOCOL} subprotocol\n"
+            )
+        return None
+
+    @staticmethod
+    def select_subprotocol(
+        connection: ServerConnection, offered: Sequence[Subprotocol]
+    ) -> Subprotocol | None:
+        """``rawp.1`` when offered; a handshake that offers none is accepted as rawp.1."""
+        return Subprotocol(SUBPROTOCOL) if SUBPROTOCOL in offered else None
+
+    async def handler(self, connection: ServerConnection) -> None:
+        """One connection, from hello to close."""
+        hub = self.hub
+        structlog.contextvars.bind_contextvars(conn=next(_connection_ids))
+        try:
+            attached = await self._handshake(connection)
+        except HandshakeError as exc:
+            hub.metrics.closes.labels(str(exc.close_code)).inc()
+            log.info("handshake_refused", code=exc.close_code, reason=exc.message)
+            await connection.close(exc.close_code, exc.message[:120])
+            return
+        except ConnectionClosed:
+            return
+        session, participant = attached
+        structlog.contextvars.bind_contextvars(
+            session_id=session.id, role=participant.role, participant_id=participant.id
+        )
+        log.info("attached", generation=participant.generation)
+        try:
+            await self._read(connection, session, participant)
+        except ConnectionClosed:
+            pass
+        finally:
+            hub.metrics.connections.labels(participant.role).dec()
+            await session.detach(participant, finalize_client=not hub.shutting_down)
+            log.info("detached", code=connection.close_code)
+            structlog.contextvars.clear_contextvars()
+
+    async def _handshake(self, connection: ServerConnection) -> tuple[Session, Participant]:
+        settings = self.hub.settings
+        try:
+            first = await asyncio.wait_for(connection.recv(), settings.hello_timeout_s)
+        except TimeoutError:
+            raise HelloTimeout("no connection.hello within the handshake timeout") from None
+        if isinstance(first, bytes):
+            raise MalformedHello("the first frame must be a connection.hello text message")
+        try:
+            hello = codec.decode(first)
+        except ProtocolError as exc:
+            raise MalformedHello(f"invalid connection.hello: {exc.message}") from None
+        if not isinstance(hello, Hello):
+            raise MalformedHello("the first frame must be connection.hello")
+        version = hello.payload.protocol_version
+        if version.split(".")[:2] != ["1", "0"]:
+            raise ProtocolVersionMismatch(f"protocol_version {version} is not supported; use 1.0.x")
+        principal = await self.hub.auth.authenticate(hello.payload.token)
+        return await self.hub.attach(connection, hello, principal)
+
+    async def _read(
+        self, connection: ServerConnection, session: Session, participant: Participant
+    ) -> None:
+        settings = self.hub.settings
+        metrics = self.hub.metrics
+        limiter = RateLimiter(
+            settings.rate_frames_per_s, settings.rate_bytes_per_s, settings.rate_burst_s
+        )
+        async for message in connection:
+            if participant.fenced:
+                return
+            if isinstance(message, bytes):
+                participant.send_error(UnsupportedData("binary messages are not RAWP frames"))
+                continue
+            raw = message.encode()
+            if not limiter.allow(len(raw)):
+                if limiter.strikes >= settings.rate_strikes_to_close:
+                    metrics.closes.labels(str(_POLICY)).inc()
+                    await connection.close(_POLICY, "rate limit exceeded")
+                    return
+                participant.send_error(RateLimited("too many frames or bytes per second"))
+                continue
+            try:
+                frame = codec.decode(raw)
+            except ProtocolError as exc:
+                participant.send_error(exc)
+                continue
+            if frame.session_id != session.id:
+                participant.send_error(
+                    InvalidFrame(f"session_id {frame.session_id} is not this connection's session")
+                )
+                continue
+            if isinstance(frame, Ack):
+                participant.ack(frame.payload.last_seq)
+                continue
+            metrics.frames_in.inc()
+            await session.submit(participant, frame, raw)
+
+
+def _offered_subprotocols(headers: Headers) -> list[str]:
+    return [
+        token.strip()
+        for value in headers.get_all("Sec-WebSocket-Protocol")
+        for token in value.split(",")
+        if token.strip()
+    ]
