@@ -52,6 +52,8 @@ def decode(data: bytes | str) -> Frame | GenericFrame:
         raise InvalidFrame(_explain(text)) from None
     except msgspec.DecodeError as exc:
         raise InvalidFrame(f"not a JSON object: {exc}") from None
+    except RecursionError:
+        raise InvalidFrame("JSON nested too deeply") from None
     return frame
 
 
@@ -60,6 +62,8 @@ def _decode_unknown(data: bytes | str, text: str) -> GenericFrame:
         generic = _generic_decoder.decode(data)
     except msgspec.ValidationError as exc:
         raise InvalidFrame(_explain(str(exc))) from None
+    except RecursionError:
+        raise InvalidFrame("JSON nested too deeply") from None
     if generic.metadata is not None and generic.metadata.ignorable:
         return generic
     raise UnknownType(
@@ -95,7 +99,13 @@ def stamp_parts(raw: bytes, frame: Frame | GenericFrame, sender: Sender) -> tupl
     both are appended to the original bytes. Otherwise the object is re-encoded without them.
     """
     tail = b',"sender":%s}' % _encoder.encode(sender)
-    if frame.seq is None and frame.sender is None:
+    # A key present with a null value decodes as None too: look at the bytes as well.
+    if (
+        frame.seq is None
+        and frame.sender is None
+        and b'"seq"' not in raw
+        and b'"sender"' not in raw
+    ):
         return raw.rstrip()[:-1] + b',"seq":', tail
     obj = _dict_decoder.decode(raw)
     obj.pop("seq", None)

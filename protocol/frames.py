@@ -99,12 +99,16 @@ SUBPROTOCOL: Final = "rawp.1"
 
 # --- constrained scalar types ------------------------------------------------------------
 
-_UUID4 = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-4[0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}$"
+# "$(?!\n)": msgspec matches with re.search, where a bare "$" also matches before a final
+# newline; the lookahead keeps the same pattern valid in ECMA-262 for the JSON Schemas.
+_UUID4 = (
+    r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-4[0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}$(?!\n)"
+)
 # ISO 8601: a date-time, or a duration such as "PT4H30M" (§7.3.1 time_to_reset).
 _ISO8601 = (
     r"^(\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?"
     r"|P(?!$)(\d+(\.\d+)?Y)?(\d+(\.\d+)?M)?(\d+(\.\d+)?W)?(\d+(\.\d+)?D)?"
-    r"(T(?=\d)(\d+(\.\d+)?H)?(\d+(\.\d+)?M)?(\d+(\.\d+)?S)?)?)$"
+    r"(T(?=\d)(\d+(\.\d+)?H)?(\d+(\.\d+)?M)?(\d+(\.\d+)?S)?)?)$(?!\n)"
 )
 
 NonEmpty = Annotated[str, Meta(min_length=1, max_length=256)]

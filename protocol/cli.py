@@ -1,0 +1,234 @@
+"""``rawp schemas`` and ``rawp validate``: the protocol package's subcommands.
+
+* ``rawp schemas [--out DIR] [--check]`` writes the JSON Schemas of :mod:`protocol.schema`
+  (``--check`` only reports, exit 1 when the files are stale).
+* ``rawp validate FILE [--sequence] [--json]`` checks a JSON Lines file of envelopes: each
+  line on its own with :func:`protocol.codec.decode`, and with ``--sequence`` the whole stream
+  against the session state machine (notes §6) in order.
+
+:func:`validate_lines` is the reusable core (no I/O besides the iterable it is given).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Final
+
+from . import codec, schema
+from .errors import DirectionError, InvalidFrame, ProtocolError
+from .finalize import plan_history
+from .frames import Frame, GenericFrame, History
+from .state import SenderRole, SessionState, allowed_types, fold
+
+__all__ = [
+    "LineResult",
+    "SequenceChecker",
+    "infer_role",
+    "register",
+    "validate_lines",
+]
+
+_EDGE_ONLY: Final = allowed_types("edge") - allowed_types("client")
+_CONNECTION_TYPES: Final = frozenset({"connection.hello", "connection.welcome", "connection.ack"})
+
+_VALIDATE_EPILOG = """\
+Each non-blank line must hold one envelope (notes §3). A line that is not JSON, not an
+object or not a valid frame is reported 'invalid invalid_frame'; an unknown type without
+metadata.ignorable is 'unknown_type'.
+
+With --sequence the frames are also folded, in order, into one session state (notes §6).
+The sender's role is the frame's sender.role when present; otherwise a type only an edge
+may send (user.message, control.*) is taken as the edge's and anything else as the client's.
+session.history frames are folded with their inner frames (§7.8.3); an inner frame the state
+machine refuses makes the history's line invalid. connection.* frames are checked for
+direction but never folded. A usage_missing warning (§7.5.2: the client's next frame after
+session.turn.end was not session.usage) counts as invalid with that code for the line it is
+reported on, although the frame is still folded, as the master does.
+
+Output: 'LINE ok' or 'LINE invalid CODE: message' per line; with --json one object per line:
+{"line": N, "valid": bool, "error_code": str|null, "message": str|null}.
+Exit status: 0 every line valid, 1 some line invalid, 2 the input could not be read.
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class LineResult:
+    """The verdict on one input line."""
+
+    line: int
+    valid: bool
+    error_code: str | None = None
+    message: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` object for this line."""
+        return {
+            "line": self.line,
+            "valid": self.valid,
+            "error_code": self.error_code,
+            "message": self.message,
+        }
+
+    def to_text(self) -> str:
+        """The plain output line."""
+        if self.valid:
+            return f"{self.line} ok"
+        return f"{self.line} invalid {self.error_code}: {self.message}"
+
+
+def infer_role(frame: Frame | GenericFrame) -> SenderRole:
+    """The frame's ``sender.role``; else edge for edge-only types, else client."""
+    if frame.sender is not None:
+        return frame.sender.role
+    return "edge" if frame.type in _EDGE_ONLY else "client"
+
+
+class SequenceChecker:
+    """Folds a stream of frames into one :class:`~protocol.state.SessionState` (notes §6)."""
+
+    def __init__(self) -> None:
+        self.state = SessionState()
+
+    def feed(self, frame: Frame | GenericFrame) -> ProtocolError | None:
+        """Fold ``frame``; returns the error or warning that makes its line invalid, if any.
+
+        A refused frame leaves the state unchanged; a ``usage_missing`` warning is returned
+        after the frame was folded.
+        """
+        role = infer_role(frame)
+        try:
+            if isinstance(frame, History):
+                return self._feed_history(frame, role)
+            if frame.type in _CONNECTION_TYPES:
+                if frame.type not in allowed_types(role):
+                    raise DirectionError(f"a {role} may not send {frame.type} (notes §4)")
+                return None
+            warnings = fold(self.state, frame, role)
+        except ProtocolError as exc:
+            return exc
+        return warnings[0] if warnings else None
+
+    def _feed_history(self, history: History, role: SenderRole) -> ProtocolError | None:
+        if "session.history" not in allowed_types(role):
+            raise DirectionError(f"a {role} may not send session.history (notes §4)")
+        frames: list[Frame | GenericFrame] = []
+        for index, raw in enumerate(history.payload.frames):
+            try:
+                frames.append(codec.decode(raw))
+            except ProtocolError as exc:
+                raise type(exc)(f"payload.frames[{index}]: {exc.message}") from None
+            except RecursionError:
+                raise InvalidFrame(f"payload.frames[{index}]: nested too deeply") from None
+        plan = plan_history(self.state, frames, history.payload.buffer_status, role)
+        self.state = plan.state
+        if not plan.refused:
+            return None
+        refused, error = plan.refused[0]
+        index = next(i for i, frame in enumerate(frames) if frame is refused)
+        return type(error)(f"payload.frames[{index}] ({refused.type}) refused: {error.message}")
+
+
+def validate_lines(lines: Iterable[bytes], *, sequence: bool = False) -> Iterator[LineResult]:
+    """Judge each non-blank line (1-based numbers; blank lines are skipped)."""
+    checker = SequenceChecker() if sequence else None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            frame = codec.decode(line)
+        except ProtocolError as exc:
+            yield LineResult(number, False, exc.code, exc.message)
+            continue
+        except RecursionError:
+            yield LineResult(number, False, InvalidFrame.code, "the JSON is nested too deeply")
+            continue
+        problem = checker.feed(frame) if checker is not None else None
+        if problem is None:
+            yield LineResult(number, True)
+        else:
+            yield LineResult(number, False, problem.code, problem.message)
+
+
+# --- argparse ------------------------------------------------------------------------------
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``schemas`` and ``validate`` to the ``rawp`` command."""
+    schemas = subparsers.add_parser(
+        "schemas",
+        help="write (or check) the JSON Schemas of every frame",
+        description="Generate JSON Schema 2020-12 files from the frame definitions: one per "
+        "frame type (<type>.json) and one per union (any-frame, client-frame, edge-frame, "
+        "master-frame).",
+    )
+    schemas.add_argument(
+        "--out", type=Path, default=Path("schemas"), help="directory (default: schemas)"
+    )
+    schemas.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 when a file is missing, outdated or obsolete",
+    )
+    schemas.set_defaults(handler=_schemas)
+
+    validate = subparsers.add_parser(
+        "validate",
+        help="check a JSON Lines file of frames",
+        description="Check envelopes, one per line, against the RAWP frame definitions.",
+        epilog=_VALIDATE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    validate.add_argument("file", metavar="FILE", help="JSON Lines file, or - for stdin")
+    validate.add_argument(
+        "--sequence",
+        action="store_true",
+        help="also check the stream, in order, against the session state machine",
+    )
+    validate.add_argument(
+        "--json", action="store_true", help="print one JSON object per line instead of text"
+    )
+    validate.set_defaults(handler=_validate)
+
+
+def _schemas(args: argparse.Namespace) -> int:
+    out: Path = args.out
+    if args.check:
+        stale = schema.stale_files(out)
+        for name in stale:
+            print(f"stale: {out / name}")
+        if stale:
+            print("run `make schemas` (rawp schemas --out DIR) to regenerate", file=sys.stderr)
+            return 1
+        print(f"{out}: {len(schema.generate())} schemas up to date")
+        return 0
+    changed = schema.write(out)
+    for name in changed:
+        print(f"wrote {out / name}")
+    print(f"{out}: {len(changed)} changed, {len(schema.generate())} schemas")
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    try:
+        stream: BinaryIO = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
+    except OSError as exc:
+        print(f"rawp validate: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+        return 2
+    all_valid = True
+    try:
+        for result in validate_lines(stream, sequence=args.sequence):
+            all_valid = all_valid and result.valid
+            text = json.dumps(result.to_json()) if args.json else result.to_text()
+            print(text)
+    except OSError as exc:
+        print(f"rawp validate: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+        return 2
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    return 0 if all_valid else 1

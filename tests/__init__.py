@@ -1,0 +1,1 @@
+"""The RAWP test suite."""

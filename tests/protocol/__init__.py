@@ -1,0 +1,1 @@
+"""Tests of the protocol package: frames, codec, buffers, schemas, the validate command."""
