@@ -4,7 +4,9 @@ Both backends (``memory``, embedded default; ``redis``, durable and shared by ma
 pass one contract suite (``tests/contract``). What the suite holds every backend to:
 
 * ``append`` assigns dense seqs (from 1), dedupes by ``message_id`` within the session, and
-  returns only once the entries are durable (notes §7, §12; seed 004).
+  returns only once the entries are durable (notes §7, §12; seed 004). With retention, dedupe
+  and ``message_seq`` are guaranteed for the entries still kept (redis forgets the ids of
+  trimmed entries so its memory stays bounded; memory keeps them).
 * an entry's stored bytes are ``head + str(seq) + tail`` (the envelope with the master's
   ``seq`` spliced in, :func:`protocol.codec.stamp`), so a backend can assign the seq itself.
 * ``read`` returns entries in seq order; ``trimmed_before`` says where retention cut the log.
@@ -206,7 +208,7 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def message_seq(self, session_id: str, message_id: str) -> int | None:
-        """The seq of the entry with that message_id, if logged."""
+        """The seq of the entry with that message_id, if logged (and, with retention, kept)."""
 
     @abc.abstractmethod
     async def fork_session(self, source_id: str, header: SessionHeader, at_seq: int) -> bool:

@@ -1,0 +1,975 @@
+"""The durable store: Redis (or Redis Cluster), shared by every master node (notes §12).
+
+Data model. Every key of a session carries the hash tag ``{session_id}``, so one session lives
+in one cluster slot and each per-session operation is one atomic Lua script:
+
+==========================  =================================================================
+``rawp:{S}:hdr``            hash: ``meta`` (msgpack SessionHeader), ``ws``, ``name``, ``v``
+                            (format version), ``rev``, ``head`` (last seq), ``first`` (smallest
+                            seq kept), ``bt``/``br`` (last append batch's token and answer)
+``rawp:{S}:log``            stream; entry id ``<seq>-0``, field ``e`` = msgpack LogEntry, so a
+                            read by seq range is one XRANGE (O(log n + k))
+``rawp:{S}:ids``            hash message_id → seq (dedupe; trimmed together with the log)
+``rawp:{S}:parts``          hash participant_id → msgpack ParticipantRecord
+``rawp:{S}:dl``             set of participant ids that may have an armed deadline
+``rawp:{S}:tomb``           tombstone left by delete
+``rawp:{S}:pub``            pub/sub channel: msgpack ``[node_id, [LogEntry, ...]]`` per append
+``rawp:ws:<workspace>``     sorted set (score 0) of the workspace's session ids: lex paging
+``rawp:{~dl}:due``          sorted set of every deadline, member msgpack ``[S, participant]``
+``rawp:cred:<digest>``      msgpack Credential
+==========================  =================================================================
+
+Global keys live in other slots than the session's, so the few operations that touch both
+(create, delete, fork, deadlines) write the session's keys first, atomically, and the global
+index after; readers tolerate an index entry whose header is gone.
+
+Writes are acknowledged only once durable: run Redis with ``appendonly yes`` and
+``appendfsync always`` (``start`` warns otherwise). Appends go through a per-session group
+commit: while one batch is in flight, later ``append`` calls queue and go together in the next
+script call. Automatic retries after a lost reply are exactly-once: the append and claim scripts
+remember the last answer under the call's token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections import deque
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, NamedTuple
+
+import msgspec
+import redis.asyncio as aioredis
+import redis.exceptions as rexc
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+
+from protocol.errors import FormatVersionError, StoreError, StoreUnavailableError
+
+from .base import (
+    FORMAT_VERSION,
+    AppendResult,
+    Credential,
+    Deadline,
+    LogEntry,
+    NewEntry,
+    ParticipantRecord,
+    SessionHeader,
+    Store,
+)
+
+__all__ = ["APPEND_LUA", "Published", "RedisStore", "Subscription"]
+
+_log = logging.getLogger(__name__)
+
+# --- Lua --------------------------------------------------------------------------------------
+
+APPEND_LUA: Final = r"""
+-- rawp append: dedupe, assign seqs, log, trim, bump the revision and publish, all at once.
+-- KEYS[1] rawp:{S}:hdr  header hash (head, first, rev, v; bt/br: last batch token and answer)
+-- KEYS[2] rawp:{S}:log  stream; entry id "<seq>-0", field "e" = msgpack LogEntry
+-- KEYS[3] rawp:{S}:ids  hash message_id -> seq of the entries still kept
+-- ARGV[1] retention: keep the newest N entries (0: keep everything)
+-- ARGV[2] pub/sub channel rawp:{S}:pub
+-- ARGV[3] msgpack(node_id): origin of the published batch
+-- ARGV[4] batch token: a retried call with the same token gets the first call's answer
+-- ARGV[5] the caller's FORMAT_VERSION (a newer header is refused)
+-- ARGV[6..] five per entry, in order:
+--   message_id | msgpack(message_id) msgpack(type) | head | tail
+--   | msgpack(sender_id) msgpack(sender_role) msgpack(exclude) msgpack(edges_only)
+-- The stored entry is LogEntry's msgpack array [seq, message_id, type, data, sender_id,
+-- sender_role, exclude, edges_only] with data = head .. seq .. tail, assembled from the
+-- pre-packed pieces (Lua never decodes the client's bytes).
+-- Returns one integer per entry: its new seq, or -seq of the entry it duplicates.
+-- Errors: NOSESSION (no header), FORMAT <v> (header written by a newer build).
+local hdr, log, ids = KEYS[1], KEYS[2], KEYS[3]
+local h = redis.call('HMGET', hdr, 'head', 'first', 'v', 'bt', 'br')
+if not h[1] then return redis.error_reply('NOSESSION') end
+if tonumber(h[3]) > tonumber(ARGV[5]) then return redis.error_reply('FORMAT ' .. h[3]) end
+if h[4] == ARGV[4] then return cmsgpack.unpack(h[5]) end
+local head, first = tonumber(h[1]), tonumber(h[2])
+
+local function bin(s)  -- msgpack bin8/16/32
+  local n = #s
+  if n < 256 then return '\196' .. string.char(n) .. s end
+  if n < 65536 then return '\197' .. struct.pack('>I2', n) .. s end
+  return '\198' .. struct.pack('>I4', n) .. s
+end
+
+local results, packed = {}, {}
+for i = 6, #ARGV, 5 do
+  local dup = redis.call('HGET', ids, ARGV[i])
+  if dup then
+    results[#results + 1] = -tonumber(dup)
+  else
+    head = head + 1
+    local seq = string.format('%d', head)
+    local entry = '\152' .. cmsgpack.pack(head) .. ARGV[i + 1]
+      .. bin(ARGV[i + 2] .. seq .. ARGV[i + 3]) .. ARGV[i + 4]
+    redis.call('XADD', log, seq .. '-0', 'e', entry)
+    redis.call('HSET', ids, ARGV[i], seq)
+    results[#results + 1] = head
+    packed[#packed + 1] = entry
+  end
+end
+
+local n = #packed
+if n > 0 then
+  local retention = tonumber(ARGV[1])
+  if retention > 0 and head - first + 1 > retention then
+    -- at most 4096 per call, so lowering the retention of a long log never stalls Redis
+    local cut = math.min(head - retention + 1, first + 4096)
+    local old = redis.call('XRANGE', log, '-', string.format('%d-0', cut - 1))
+    for _, item in ipairs(old) do
+      -- the message id sits right after the array header and the packed seq
+      local s = tonumber(string.match(item[1], '^%d+'))
+      local _, mid = cmsgpack.unpack_one(item[2][2], 1 + #cmsgpack.pack(s))
+      redis.call('HDEL', ids, mid)
+    end
+    redis.call('XTRIM', log, 'MINID', string.format('%d-0', cut))
+    first = cut
+  end
+  redis.call('HSET', hdr, 'head', string.format('%d', head), 'first', string.format('%d', first))
+  redis.call('HINCRBY', hdr, 'rev', n)
+  local arr
+  if n < 16 then arr = string.char(144 + n)
+  elseif n < 65536 then arr = '\220' .. struct.pack('>I2', n)
+  else arr = '\221' .. struct.pack('>I4', n) end
+  redis.call('PUBLISH', ARGV[2], '\146' .. ARGV[3] .. arr .. table.concat(packed))
+end
+redis.call('HSET', hdr, 'bt', ARGV[4], 'br', cmsgpack.pack(results))
+return results
+"""
+
+CREATE_LUA: Final = r"""
+-- rawp create: write a session header unless one exists (idempotent create).
+-- KEYS[1] hdr  KEYS[2] log  KEYS[3] ids  KEYS[4] parts  KEYS[5] tomb   (rawp:{S}:*)
+-- ARGV[1] msgpack(SessionHeader)  ARGV[2] workspace  ARGV[3] name  ARGV[4] format version
+-- ARGV[5] revision
+-- Returns {1} when created, {0, HGETALL(hdr)} when the session already existed.
+if redis.call('EXISTS', KEYS[1]) == 1 then return {0, redis.call('HGETALL', KEYS[1])} end
+-- no header means no session: anything else under the tag is a leftover (a fork cut short)
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+redis.call('HSET', KEYS[1], 'meta', ARGV[1], 'ws', ARGV[2], 'name', ARGV[3], 'v', ARGV[4],
+  'rev', ARGV[5], 'head', '0', 'first', '1')
+return {1}
+"""
+
+FORK_LUA: Final = r"""
+-- rawp fork: write one chunk of a forked log into the new session; the last call adds the
+-- header, which is what makes the session exist.
+-- KEYS[1] hdr  KEYS[2] log  KEYS[3] ids  KEYS[4] parts  KEYS[5] tomb   (of the new session)
+-- ARGV[1] "1" on the first call (clear leftovers)   ARGV[2] "1" on the last call (header)
+-- ARGV[3..9] msgpack(SessionHeader), workspace, name, format version, revision, head, first
+-- ARGV[10..] three per copied entry: seq, message_id, msgpack LogEntry (copied verbatim)
+-- Returns 0 when the new session already exists (the fork is abandoned), else 1.
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if ARGV[1] == '1' then redis.call('DEL', KEYS[2], KEYS[3], KEYS[4]) end
+local last = 0
+local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+if top[1] then last = tonumber(string.match(top[1][1], '^%d+')) end
+for i = 10, #ARGV, 3 do
+  if tonumber(ARGV[i]) > last then  -- a retried call skips what it already wrote
+    redis.call('XADD', KEYS[2], ARGV[i] .. '-0', 'e', ARGV[i + 2])
+    redis.call('HSET', KEYS[3], ARGV[i + 1], ARGV[i])
+  end
+end
+if ARGV[2] == '1' then
+  redis.call('HSET', KEYS[1], 'meta', ARGV[3], 'ws', ARGV[4], 'name', ARGV[5], 'v', ARGV[6],
+    'rev', ARGV[7], 'head', ARGV[8], 'first', ARGV[9])
+  redis.call('DEL', KEYS[5])
+end
+return 1
+"""
+
+DELETE_LUA: Final = r"""
+-- rawp delete: drop the session's keys and leave a tombstone.
+-- KEYS[1] hdr  KEYS[2] log  KEYS[3] ids  KEYS[4] parts  KEYS[5] tomb  KEYS[6] dl
+-- Returns {existed 0/1, workspace or nil, participant ids that may have deadlines}.
+local ws = redis.call('HGET', KEYS[1], 'ws')
+local pids = redis.call('SMEMBERS', KEYS[6])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6])
+if ws then
+  redis.call('SET', KEYS[5], '1')
+  return {1, ws, pids}
+end
+return {0, false, pids}
+"""
+
+RENAME_LUA: Final = r"""
+-- rawp rename: set the name and bump the revision.
+-- KEYS[1] hdr   ARGV[1] the new name.   Returns 0 when there is no such session.
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'name', ARGV[1])
+redis.call('HINCRBY', KEYS[1], 'rev', 1)
+return 1
+"""
+
+PUT_IF_SESSION_LUA: Final = r"""
+-- rawp put: set a field of a per-session hash only while the session exists.
+-- KEYS[1] hdr  KEYS[2] the hash (e.g. parts)   ARGV[1] field  ARGV[2] value
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+return 1
+"""
+
+CLAIM_LUA: Final = r"""
+-- rawp claim: remove and return due deadlines; concurrent claimers never share one.
+-- KEYS[1] rawp:{~dl}:due  sorted set, member msgpack [session_id, participant_id], score due_ms
+-- KEYS[2] rawp:{~dl}:claim:<token>  this call's answer, so a retried call gets it again
+-- ARGV[1] now_ms  ARGV[2] limit
+-- Returns a flat array member, score, member, score, ... (earliest first).
+local memo = redis.call('GET', KEYS[2])
+if memo then return cmsgpack.unpack(memo) end
+local due = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, ARGV[2],
+  'WITHSCORES')
+for i = 1, #due, 2 do redis.call('ZREM', KEYS[1], due[i]) end
+if #due > 0 then redis.call('SET', KEYS[2], cmsgpack.pack(due), 'PX', 60000) end
+return due
+"""
+
+# --- encoding ---------------------------------------------------------------------------------
+
+# APPEND_LUA assembles LogEntry's array by position: fail at import, not at read, if it changes.
+if LogEntry.__struct_fields__ != (
+    "seq",
+    "message_id",
+    "type",
+    "data",
+    "sender_id",
+    "sender_role",
+    "exclude",
+    "edges_only",
+) or NewEntry.__struct_fields__[:2] != ("message_id", "type"):
+    raise ImportError("relay.store.redis: LogEntry layout changed; update APPEND_LUA")
+
+_enc = msgspec.msgpack.Encoder()
+_entry_dec = msgspec.msgpack.Decoder(LogEntry)
+_published_dec = msgspec.msgpack.Decoder(tuple[str, list[LogEntry]])
+_header_dec = msgspec.msgpack.Decoder(SessionHeader)
+_participant_dec = msgspec.msgpack.Decoder(ParticipantRecord)
+_credential_dec = msgspec.msgpack.Decoder(Credential)
+_member_dec = msgspec.msgpack.Decoder(tuple[str, str])
+
+_MAX_BATCH_ENTRIES: Final = 1024  # per script call: bounds how long one call holds Redis
+_MAX_BATCH_BYTES: Final = 4 << 20
+_FORK_CHUNK: Final = 512
+_DEADLINES: Final = "rawp:{~dl}:due"
+_CLAIM_MEMO: Final = "rawp:{~dl}:claim:"
+
+# ResponseError prefixes that mean "Redis cannot take writes right now", not "bad request".
+_UNAVAILABLE_REPLIES: Final = (
+    "LOADING",
+    "MISCONF",
+    "NOREPLICAS",
+    "OOM",
+    "READONLY",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+    "MASTERDOWN",
+    "BUSY",
+)
+
+
+def _store_error(exc: BaseException) -> StoreError:
+    """The store's error for a redis-py (or socket) failure."""
+    if isinstance(exc, TimeoutError | rexc.ConnectionError | rexc.TimeoutError | OSError):
+        return StoreUnavailableError(f"redis unreachable: {exc}")
+    if isinstance(exc, rexc.ResponseError):
+        text = str(exc)
+        if text.startswith(_UNAVAILABLE_REPLIES) or isinstance(exc, rexc.ClusterDownError):
+            return StoreUnavailableError(f"redis refused the command: {text}")
+        return StoreError(f"redis error: {text}")
+    if isinstance(exc, rexc.RedisClusterException):
+        return StoreUnavailableError(f"redis cluster unavailable: {exc}")
+    return StoreError(f"redis error: {exc}")
+
+
+@contextlib.contextmanager
+def _mapped() -> Iterator[None]:
+    """Raise the store's errors (StoreUnavailableError et al.) instead of redis-py's."""
+    try:
+        yield
+    except (TimeoutError, OSError, rexc.RedisError) as exc:
+        raise _store_error(exc) from exc
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _newer(session_id: str, version: int) -> FormatVersionError:
+    return FormatVersionError(
+        f"session {session_id} was written by a newer build (format {version} > "
+        f"{FORMAT_VERSION}); upgrade this master"
+    )
+
+
+def _check_id(session_id: str) -> None:
+    """Session ids become hash tags: braces would move the tag and split the session."""
+    if not session_id or "{" in session_id or "}" in session_id:
+        raise ValueError(f"invalid session id for the redis store: {session_id!r}")
+
+
+@dataclass(slots=True)
+class _Keys:
+    hdr: str
+    log: str
+    ids: str
+    parts: str
+    tomb: str
+    dl: str
+    pub: str
+
+    @classmethod
+    def of(cls, session_id: str) -> _Keys:
+        _check_id(session_id)
+        p = f"rawp:{{{session_id}}}:"
+        return cls(p + "hdr", p + "log", p + "ids", p + "parts", p + "tomb", p + "dl", p + "pub")
+
+
+@dataclass(slots=True)
+class _Pending:
+    entries: Sequence[NewEntry]
+    future: asyncio.Future[list[AppendResult]]
+
+
+@dataclass(slots=True)
+class _Queue:
+    """Appends of one session waiting for the next script call (group commit)."""
+
+    items: deque[_Pending] = field(default_factory=deque)
+    task: asyncio.Task[None] | None = None
+
+
+class Published(NamedTuple):
+    """One append batch as published on the session's channel."""
+
+    session_id: str
+    node_id: str
+    entries: list[LogEntry]
+
+
+def _header_from(session_id: str, fields: dict[bytes, bytes]) -> SessionHeader:
+    version = int(fields[b"v"])
+    if version > FORMAT_VERSION:
+        raise _newer(session_id, version)
+    header = _header_dec.decode(fields[b"meta"])
+    header.name = fields[b"name"].decode()
+    header.revision = int(fields[b"rev"])
+    header.format_version = version
+    return header
+
+
+def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+class RedisStore(Store):
+    """Store on Redis or Redis Cluster (notes §12 ``redis``)."""
+
+    name = "redis"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        cluster: bool = False,
+        retention: int | None = None,
+        node_id: str | None = None,
+        **client_options: Any,
+    ) -> None:
+        if retention is not None and retention < 1:
+            raise ValueError("retention must be at least 1 entry")
+        self.url = url
+        self.cluster = cluster
+        self.retention = retention
+        self.node_id = node_id or f"node-{secrets.token_hex(6)}"
+        options: dict[str, Any] = {
+            "socket_connect_timeout": 1.0,
+            "socket_timeout": 5.0,
+            # a stale pooled socket after a Redis restart costs one quick retry, not an error;
+            # the append and claim scripts make such retries exactly-once.
+            "retry": Retry(ExponentialBackoff(cap=0.5, base=0.02), 2),
+            "client_name": f"rawp-{self.node_id}",
+        }
+        options.update(client_options)
+        self._client: Any = (
+            RedisCluster.from_url(url, **options)
+            if cluster
+            else aioredis.Redis.from_url(url, **options)
+        )
+        self._append_script = self._client.register_script(APPEND_LUA)
+        self._create_script = self._client.register_script(CREATE_LUA)
+        self._fork_script = self._client.register_script(FORK_LUA)
+        self._delete_script = self._client.register_script(DELETE_LUA)
+        self._rename_script = self._client.register_script(RENAME_LUA)
+        self._put_script = self._client.register_script(PUT_IF_SESSION_LUA)
+        self._claim_script = self._client.register_script(CLAIM_LUA)
+        self._node_packed = _enc.encode(self.node_id)
+        self._queues: dict[str, _Queue] = {}
+        self._subscriptions: set[Subscription] = set()
+        self._closed = False
+        self.batches = 0
+        """Append script calls made (group commit makes this smaller than the append calls)."""
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Check that Redis answers and warn when it does not fsync every write."""
+        with _mapped():
+            await self._client.ping()
+        try:
+            conf = await self._client.config_get("append*")
+        except (rexc.RedisError, OSError):
+            return  # CONFIG may be disabled (managed Redis): nothing to check
+        # a cluster client answers per node ({node: {...}}), a plain one with one mapping
+        nodes = (
+            list(conf.values()) if conf and isinstance(next(iter(conf.values())), dict) else [conf]
+        )
+        for node in nodes:
+            flat = {_text(k): _text(v) for k, v in node.items()}
+            if flat.get("appendonly") != "yes" or flat.get("appendfsync") != "always":
+                _log.warning(
+                    "redis at %s does not fsync every write (appendonly=%s appendfsync=%s): "
+                    "acknowledged appends can be lost in a crash",
+                    self.url,
+                    flat.get("appendonly"),
+                    flat.get("appendfsync"),
+                )
+                return
+
+    async def close(self) -> None:
+        """Finish queued appends, end the subscriptions, then close the connections."""
+        if self._closed:
+            return
+        self._closed = True
+        tasks = [q.task for q in self._queues.values() if q.task is not None]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for sub in list(self._subscriptions):
+            await sub.aclose()
+        with contextlib.suppress(rexc.RedisError, OSError):
+            await self._client.aclose()
+
+    async def ping(self, timeout: float = 2.0) -> bool:
+        """True when Redis answers within ``timeout`` seconds (retries included)."""
+        try:
+            async with asyncio.timeout(timeout):
+                return bool(await self._client.ping())
+        except (TimeoutError, rexc.RedisError, OSError):
+            return False
+
+    # --- sessions ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _index(workspace: str) -> str:
+        return f"rawp:ws:{workspace}"
+
+    @staticmethod
+    def _header_args(header: SessionHeader) -> list[bytes | str | int]:
+        return [
+            _enc.encode(header),
+            header.workspace,
+            header.name,
+            header.format_version,
+            header.revision,
+        ]
+
+    async def create_session(self, header: SessionHeader) -> tuple[SessionHeader, bool]:
+        k = _Keys.of(header.session_id)
+        with _mapped():
+            reply = await self._create_script(
+                keys=[k.hdr, k.log, k.ids, k.parts, k.tomb], args=self._header_args(header)
+            )
+            if int(reply[0]) == 1:
+                await self._client.zadd(self._index(header.workspace), {header.session_id: 0})
+                return header, True
+            existing = _header_from(header.session_id, _pairs(reply[1]))
+            # repairs an index entry lost to a crash between the two writes
+            await self._client.zadd(self._index(existing.workspace), {header.session_id: 0})
+        return existing, False
+
+    async def get_session(self, session_id: str) -> SessionHeader | None:
+        k = _Keys.of(session_id)
+        with _mapped():
+            fields = await self._client.hgetall(k.hdr)
+        if not fields:
+            return None
+        return _header_from(session_id, fields)
+
+    async def is_deleted(self, session_id: str) -> bool:
+        k = _Keys.of(session_id)
+        with _mapped():
+            return bool(await self._client.exists(k.tomb))
+
+    async def list_sessions(
+        self, workspace: str, *, after: str | None = None, limit: int = 100
+    ) -> list[SessionHeader]:
+        out: list[SessionHeader] = []
+        cursor = after
+        while len(out) < limit:
+            want = limit - len(out)
+            start = b"-" if cursor is None else b"(" + cursor.encode()
+            with _mapped():
+                ids = await self._client.zrange(
+                    self._index(workspace), start, b"+", bylex=True, offset=0, num=want
+                )
+                if not ids:
+                    break
+                pipe = self._client.pipeline(transaction=False)
+                for raw in ids:
+                    pipe.hgetall(_Keys.of(_text(raw)).hdr)
+                rows = await pipe.execute()
+            for raw, fields in zip(ids, rows, strict=True):
+                if not fields:
+                    continue  # deleted a moment ago (its index entry goes next)
+                session_id = _text(raw)
+                try:
+                    out.append(_header_from(session_id, fields))
+                except FormatVersionError:
+                    # listing shows what it can: the header of a newer build, undecoded
+                    out.append(self._foreign_header(session_id, workspace, fields))
+            cursor = _text(ids[-1])
+            if len(ids) < want:
+                break
+        return out
+
+    @staticmethod
+    def _foreign_header(
+        session_id: str, workspace: str, fields: dict[bytes, bytes]
+    ) -> SessionHeader:
+        """A newer build's header, reduced to what every version stores beside ``meta``."""
+        return SessionHeader(
+            session_id=session_id,
+            workspace=workspace,
+            name=fields.get(b"name", b"").decode(),
+            created_at="",
+            epoch="",
+            format_version=int(fields[b"v"]),
+            revision=int(fields.get(b"rev", b"0")),
+        )
+
+    async def rename_session(self, session_id: str, name: str) -> None:
+        k = _Keys.of(session_id)
+        with _mapped():
+            await self._rename_script(keys=[k.hdr], args=[name])
+
+    async def delete_session(self, session_id: str) -> bool:
+        k = _Keys.of(session_id)
+        with _mapped():
+            existed, workspace, pids = await self._delete_script(
+                keys=[k.hdr, k.log, k.ids, k.parts, k.tomb, k.dl]
+            )
+            if workspace is not None:
+                await self._client.zrem(self._index(_text(workspace)), session_id)
+            if pids:
+                members = [_enc.encode((session_id, _text(p))) for p in pids]
+                await self._client.zrem(_DEADLINES, *members)
+        return bool(existed)
+
+    # --- the log ----------------------------------------------------------------------------
+
+    async def append(self, session_id: str, entries: Sequence[NewEntry]) -> list[AppendResult]:
+        _check_id(session_id)
+        if self._closed:
+            raise StoreUnavailableError("the redis store is closed")
+        loop = asyncio.get_running_loop()
+        pending = _Pending(entries, loop.create_future())
+        queue = self._queues.get(session_id)
+        if queue is None:
+            queue = self._queues[session_id] = _Queue()
+            queue.items.append(pending)
+            # the drain runs as its own task so a caller's cancellation never aborts a batch
+            # that carries other callers' entries
+            queue.task = asyncio.create_task(self._drain(session_id, queue))
+        else:
+            queue.items.append(pending)
+        return await pending.future
+
+    async def _drain(self, session_id: str, queue: _Queue) -> None:
+        """Run the queued appends, one script call per batch, until the queue is empty."""
+        try:
+            while queue.items:
+                batch = [queue.items.popleft()]
+                count = len(batch[0].entries)
+                size = sum(len(e.head) + len(e.tail) for e in batch[0].entries)
+                while queue.items:
+                    nxt = queue.items[0]
+                    more = sum(len(e.head) + len(e.tail) for e in nxt.entries)
+                    if (
+                        count + len(nxt.entries) > _MAX_BATCH_ENTRIES
+                        or size + more > _MAX_BATCH_BYTES
+                    ):
+                        break
+                    batch.append(queue.items.popleft())
+                    count += len(nxt.entries)
+                    size += more
+                try:
+                    results = await self._append_batch(
+                        session_id, [e for p in batch for e in p.entries]
+                    )
+                except asyncio.CancelledError:
+                    for p in batch:  # the script may or may not have run: say so
+                        if not p.future.done():
+                            p.future.set_exception(
+                                StoreUnavailableError("append interrupted; outcome unknown")
+                            )
+                    raise
+                except Exception as exc:
+                    for p in batch:
+                        if not p.future.done():
+                            p.future.set_exception(exc)
+                    continue
+                offset = 0
+                for p in batch:
+                    n = len(p.entries)
+                    if not p.future.done():
+                        p.future.set_result(results[offset : offset + n])
+                    offset += n
+        finally:
+            if self._queues.get(session_id) is queue:
+                del self._queues[session_id]
+            for p in queue.items:  # only when the drain itself was cancelled
+                if not p.future.done():
+                    p.future.set_exception(StoreUnavailableError("the redis store is closed"))
+
+    async def _append_batch(
+        self, session_id: str, entries: Sequence[NewEntry]
+    ) -> list[AppendResult]:
+        k = _Keys.of(session_id)
+        args: list[bytes | str | int] = [
+            self.retention or 0,
+            k.pub,
+            self._node_packed,
+            secrets.token_bytes(12),
+            FORMAT_VERSION,
+        ]
+        for e in entries:
+            args += [
+                e.message_id,
+                _enc.encode((e.message_id, e.type))[1:],  # [1:]: drop the fixarray header
+                e.head,
+                e.tail,
+                _enc.encode((e.sender_id, e.sender_role, e.exclude, e.edges_only))[1:],
+            ]
+        self.batches += 1
+        try:
+            with _mapped():
+                reply = await self._append_script(keys=[k.hdr, k.log, k.ids], args=args)
+        except StoreError as exc:
+            text = str(exc)
+            if "NOSESSION" in text:
+                raise KeyError(session_id) from None
+            if "FORMAT " in text:
+                version = int(text.rsplit("FORMAT ", 1)[1].split()[0])
+                raise _newer(session_id, version) from None
+            raise
+        return [
+            AppendResult(seq=-r, duplicate=True) if r < 0 else AppendResult(seq=r) for r in reply
+        ]
+
+    async def read(
+        self,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        before_seq: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[LogEntry]:
+        k = _Keys.of(session_id)
+        lo = max(after_seq + 1, 1)
+        if (before_seq is not None and before_seq - 1 < lo) or (limit is not None and limit <= 0):
+            return []
+        low = f"{lo}-0"
+        high = "+" if before_seq is None else f"{before_seq - 1}-0"
+        with _mapped():
+            if newest_first:
+                rows = await self._client.xrevrange(k.log, high, low, count=limit)
+            else:
+                rows = await self._client.xrange(k.log, low, high, count=limit)
+        return [_entry_dec.decode(fields[b"e"]) for _id, fields in rows]
+
+    async def head_seq(self, session_id: str) -> int:
+        k = _Keys.of(session_id)
+        with _mapped():
+            head = await self._client.hget(k.hdr, "head")
+        return 0 if head is None else int(head)
+
+    async def trimmed_before(self, session_id: str) -> int:
+        k = _Keys.of(session_id)
+        with _mapped():
+            head, first = await self._client.hmget(k.hdr, ["head", "first"])
+        if head is None:
+            return 1
+        return min(int(first), int(head) + 1)
+
+    async def message_seq(self, session_id: str, message_id: str) -> int | None:
+        k = _Keys.of(session_id)
+        with _mapped():
+            seq = await self._client.hget(k.ids, message_id)
+        return None if seq is None else int(seq)
+
+    async def fork_session(self, source_id: str, header: SessionHeader, at_seq: int) -> bool:
+        src = _Keys.of(source_id)
+        dst = _Keys.of(header.session_id)
+        with _mapped():
+            if not await self._client.exists(src.hdr) or await self._client.exists(dst.hdr):
+                return False
+            # the source's prefix is immutable (only trimming touches it): page through it
+            copied: list[tuple[int, bytes]] = []
+            low = "-"
+            while at_seq >= 1:
+                rows = await self._client.xrange(src.log, low, f"{at_seq}-0", count=_FORK_CHUNK)
+                for entry_id, fields in rows:
+                    copied.append((int(_text(entry_id).split("-")[0]), fields[b"e"]))
+                if len(rows) < _FORK_CHUNK:
+                    break
+                low = f"({_text(rows[-1][0])}"
+            head = copied[-1][0] if copied else 0
+            first = copied[0][0] if copied else 1
+            keys = [dst.hdr, dst.log, dst.ids, dst.parts, dst.tomb]
+            chunks = [copied[i : i + _FORK_CHUNK] for i in range(0, len(copied), _FORK_CHUNK)]
+            chunks = chunks or [[]]
+            for i, chunk in enumerate(chunks):
+                args: list[bytes | str | int] = [
+                    "1" if i == 0 else "0",
+                    "1" if i == len(chunks) - 1 else "0",
+                    *self._header_args(header),
+                    head,
+                    first,
+                ]
+                for seq, packed in chunk:
+                    args += [seq, _entry_dec.decode(packed).message_id, packed]
+                if not await self._fork_script(keys=keys, args=args):
+                    return False
+            await self._client.zadd(self._index(header.workspace), {header.session_id: 0})
+        return True
+
+    # --- participants and deadlines ---------------------------------------------------------
+
+    async def put_participant(self, session_id: str, record: ParticipantRecord) -> None:
+        k = _Keys.of(session_id)
+        with _mapped():
+            await self._put_script(
+                keys=[k.hdr, k.parts], args=[record.participant_id, _enc.encode(record)]
+            )
+
+    async def get_participant(
+        self, session_id: str, participant_id: str
+    ) -> ParticipantRecord | None:
+        k = _Keys.of(session_id)
+        with _mapped():
+            raw = await self._client.hget(k.parts, participant_id)
+        return None if raw is None else _participant_dec.decode(raw)
+
+    async def list_participants(self, session_id: str) -> list[ParticipantRecord]:
+        k = _Keys.of(session_id)
+        with _mapped():
+            rows = await self._client.hvals(k.parts)
+        return [_participant_dec.decode(r) for r in rows]
+
+    async def remove_participant(self, session_id: str, participant_id: str) -> None:
+        k = _Keys.of(session_id)
+        with _mapped():
+            await self._client.hdel(k.parts, participant_id)
+
+    async def set_deadline(self, deadline: Deadline) -> None:
+        k = _Keys.of(deadline.session_id)
+        member = _enc.encode((deadline.session_id, deadline.participant_id))
+        with _mapped():
+            # the per-session set first: delete_session finds every deadline it must drop
+            await self._client.sadd(k.dl, deadline.participant_id)
+            await self._client.zadd(_DEADLINES, {member: deadline.due_ms})
+
+    async def clear_deadline(self, session_id: str, participant_id: str) -> None:
+        k = _Keys.of(session_id)
+        with _mapped():
+            await self._client.zrem(_DEADLINES, _enc.encode((session_id, participant_id)))
+            await self._client.srem(k.dl, participant_id)
+
+    async def claim_due_deadlines(self, now_ms: int, limit: int = 100) -> list[Deadline]:
+        if limit <= 0:
+            return []
+        memo = _CLAIM_MEMO + secrets.token_hex(12)
+        with _mapped():
+            flat = await self._claim_script(keys=[_DEADLINES, memo], args=[now_ms, limit])
+        out: list[Deadline] = []
+        for member, score in zip(flat[::2], flat[1::2], strict=True):
+            session_id, participant_id = _member_dec.decode(member)
+            out.append(
+                Deadline(
+                    session_id=session_id,
+                    participant_id=participant_id,
+                    due_ms=int(float(score)),
+                )
+            )
+        return out
+
+    # --- credentials ------------------------------------------------------------------------
+
+    async def put_credential(self, credential: Credential) -> None:
+        with _mapped():
+            await self._client.set(f"rawp:cred:{credential.digest}", _enc.encode(credential))
+
+    async def get_credential(self, digest: str) -> Credential | None:
+        with _mapped():
+            raw = await self._client.get(f"rawp:cred:{digest}")
+        return None if raw is None else _credential_dec.decode(raw)
+
+    # --- pub/sub ----------------------------------------------------------------------------
+
+    async def subscribe(self, *session_ids: str) -> Subscription:
+        """Receive every batch appended to these sessions from now on (any node's appends).
+
+        Returns once Redis confirmed the subscriptions, so an append that starts after this
+        returns is delivered. Use as ``async with await store.subscribe(s) as sub: async for
+        batch in sub: ...``. See :class:`Subscription` for outages.
+        """
+        if self._closed:
+            raise StoreUnavailableError("the redis store is closed")
+        sub = Subscription(self)
+        self._subscriptions.add(sub)
+        if session_ids:
+            try:
+                await sub.add(*session_ids)
+            except BaseException:
+                await sub.aclose()
+                raise
+        return sub
+
+    def channel(self, session_id: str) -> str:
+        """The session's pub/sub channel."""
+        return _Keys.of(session_id).pub
+
+
+class Subscription:
+    """Published append batches of some sessions: an async iterator of :class:`Published`.
+
+    One Redis connection carries every channel; a reader task owns it, so ``add`` and
+    ``remove`` may be called while another task iterates.
+
+    Outages: batches published while the connection is down are lost. The iterator raises
+    StoreUnavailableError once when the connection fails (iterate again to go on); once it is
+    back, it yields an empty batch (``node_id`` "") per session as its channel is subscribed
+    again: the consumer then reads what it missed from the log (notes §12: a seq gap is filled
+    from the log), and misses nothing published after that.
+    """
+
+    _CONFIRM_TIMEOUT: Final = 10.0
+
+    def __init__(self, store: RedisStore) -> None:
+        self._store = store
+        self._pubsub: Any = store._client.pubsub()
+        self._queue: asyncio.Queue[Published | BaseException | None] = asyncio.Queue()
+        self._confirm: dict[bytes, list[asyncio.Future[None]]] = {}
+        self._reader: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def add(self, *session_ids: str) -> None:
+        """Subscribe to more sessions; returns once Redis confirmed."""
+        channels = [self._store.channel(s).encode() for s in session_ids]
+        loop = asyncio.get_running_loop()
+        waits: list[asyncio.Future[None]] = []
+        for ch in channels:
+            fut: asyncio.Future[None] = loop.create_future()
+            self._confirm.setdefault(ch, []).append(fut)
+            waits.append(fut)
+        try:
+            with _mapped():
+                await self._pubsub.subscribe(*channels)
+            if self._reader is None:
+                self._reader = asyncio.create_task(self._read())
+            async with asyncio.timeout(self._CONFIRM_TIMEOUT):
+                await asyncio.gather(*waits)
+        except TimeoutError as exc:
+            raise StoreUnavailableError("redis did not confirm the subscription") from exc
+        finally:
+            for ch, fut in zip(channels, waits, strict=True):
+                pending = self._confirm.get(ch, [])
+                if fut in pending:
+                    pending.remove(fut)
+                if not pending:
+                    self._confirm.pop(ch, None)
+
+    async def remove(self, *session_ids: str) -> None:
+        """Stop receiving these sessions' batches."""
+        with _mapped():
+            await self._pubsub.unsubscribe(*(self._store.channel(s) for s in session_ids))
+
+    async def _read(self) -> None:
+        backoff = 0.05
+        failing = False
+        while True:
+            try:
+                msg = await self._pubsub.get_message(timeout=None)
+                backoff, failing = 0.05, False
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the reader must outlive any one failure
+                if not failing:  # one error per outage, not one per reconnect attempt
+                    self._queue.put_nowait(_store_error(exc))
+                    failing = True
+                await asyncio.sleep(backoff)  # the next read reconnects and resubscribes
+                backoff = min(backoff * 2, 1.0)
+                continue
+            if msg is None:
+                continue
+            channel = msg.get("channel")
+            if not isinstance(channel, bytes):
+                continue
+            session_id = _text(channel).split("{", 1)[1].rsplit("}", 1)[0]
+            if msg["type"] == "subscribe":
+                waiters = self._confirm.pop(channel, [])
+                for fut in waiters:
+                    if not fut.done():
+                        fut.set_result(None)
+                if not waiters:
+                    # resubscribed after a reconnect: from here on nothing is missed, what
+                    # came before must be read from the log
+                    self._queue.put_nowait(Published(session_id, "", []))
+            elif msg["type"] == "message":
+                try:
+                    node_id, entries = _published_dec.decode(msg["data"])
+                except msgspec.DecodeError:
+                    _log.warning("undecodable batch on %s", _text(channel))
+                    continue
+                self._queue.put_nowait(Published(session_id, node_id, entries))
+
+    def __aiter__(self) -> AsyncIterator[Published]:
+        return self
+
+    async def __anext__(self) -> Published:
+        if self._closed and self._queue.empty():
+            raise StopAsyncIteration
+        item = await self._queue.get()
+        if item is None:
+            raise StopAsyncIteration
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    async def aclose(self) -> None:
+        """Unsubscribe and close the connection. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._store._subscriptions.discard(self)
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        with contextlib.suppress(rexc.RedisError, OSError):
+            await self._pubsub.aclose()
+        self._queue.put_nowait(None)
+
+    async def __aenter__(self) -> Subscription:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,273 @@
+"""What only the redis backend has: group commit, pub/sub, hash tags, outages, open_store.
+
+The shared behaviour is in test_store_contract.py; these run against our own redis-server and
+3-primary cluster (tests/conftest.py), never the machine's Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from protocol.errors import FormatVersionError, StoreUnavailableError
+from relay.store import MemoryStore, open_store
+from relay.store.base import FORMAT_VERSION, AppendResult, Deadline, ParticipantRecord
+from relay.store.redis import RedisStore
+from tests.contract.conftest import Backend
+from tests.contract.test_store_contract import entry, header, new_session
+from tests.support.redis_server import (
+    RedisCluster,
+    RedisServer,
+    free_port,
+    redis_server_binary,
+)
+
+__all__: list[str] = []
+
+_REDIS = pytest.param("redis", marks=pytest.mark.redis)
+_CLUSTER = pytest.param("redis-cluster", marks=pytest.mark.redis)
+redis_backends = pytest.mark.parametrize("backend", [_REDIS, _CLUSTER], indirect=True)
+single_redis = pytest.mark.parametrize("backend", [_REDIS], indirect=True)
+
+
+def redis_store(backend: Backend, **opts: Any) -> RedisStore:
+    """A RedisStore of the backend (typed as such)."""
+    store = backend.open(**opts)
+    assert isinstance(store, RedisStore)
+    return store
+
+
+def raw_keys(backend: Backend) -> list[bytes]:
+    """Every key on the backend's server(s)."""
+    assert backend.server is not None
+    nodes = backend.server.nodes if isinstance(backend.server, RedisCluster) else [backend.server]
+    keys: list[bytes] = []
+    for node in nodes:
+        with contextlib.closing(node.client()) as c:
+            keys += [k for k in c.keys("*") if isinstance(k, bytes)]
+    return keys
+
+
+@redis_backends
+async def test_group_commit_batches_concurrent_appends(backend: Backend) -> None:
+    """Appends made while a batch is in flight share the next script call."""
+    store = redis_store(backend)
+    s = await new_session(store)
+    results = await asyncio.gather(*(store.append(s, [entry()]) for _ in range(200)))
+    assert sorted(r[0].seq for r in results) == list(range(1, 201))
+    assert store.batches <= 20  # one call per in-flight window, not one per append
+
+
+@redis_backends
+async def test_append_retry_with_the_same_token_is_exactly_once(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A script call retried after a lost reply (same batch token) returns the first answer."""
+    store = redis_store(backend)
+    s = await new_session(store)
+    monkeypatch.setattr("relay.store.redis.secrets.token_bytes", lambda n: b"t" * n)
+    batch = [entry(), entry()]
+    first = await store.append(s, batch)
+    again = await store.append(s, batch)  # what redis-py's retry would send
+    assert first == again == [AppendResult(seq=1), AppendResult(seq=2)]
+    assert await store.head_seq(s) == 2
+
+
+@redis_backends
+async def test_subscribe_receives_every_nodes_batches(backend: Backend) -> None:
+    """A subscriber gets each append batch, packed LogEntries tagged with the writing node."""
+    node_a = redis_store(backend, node_id="node-a")
+    node_b = redis_store(backend, node_id="node-b")
+    s1, s2 = await new_session(node_a), await new_session(node_a)
+    sub = await node_a.subscribe(s1)
+    async with sub:
+        await sub.add(s2)
+        await node_b.append(s1, [entry(), entry()])
+        await node_b.append(s1, [entry(node_a.node_id)])
+        await node_a.append(s2, [entry()])
+        got = [await asyncio.wait_for(anext(sub), 5) for _ in range(3)]
+        assert [(p.session_id, p.node_id) for p in got] == [
+            (s1, "node-b"),
+            (s1, "node-b"),
+            (s2, "node-a"),
+        ]
+        assert got[0].entries + got[1].entries == await node_a.read(s1)
+        assert got[2].entries == await node_a.read(s2)
+        await sub.remove(s1)
+        await node_b.append(s1, [entry()])
+        await node_b.append(s2, [entry()])
+        nxt = await asyncio.wait_for(anext(sub), 5)
+        assert (nxt.session_id, [e.seq for e in nxt.entries]) == (s2, [2])
+
+
+@redis_backends
+async def test_duplicates_only_publish_nothing(backend: Backend) -> None:
+    """A batch made only of duplicates is not published (nothing new to fan out)."""
+    store = redis_store(backend)
+    s = await new_session(store)
+    e = entry()
+    await store.append(s, [e])
+    async with await store.subscribe(s) as sub:
+        await store.append(s, [entry(e.message_id)])
+        await store.append(s, [entry()])
+        got = await asyncio.wait_for(anext(sub), 5)
+        assert [x.seq for x in got.entries] == [2]
+
+
+@redis_backends
+async def test_every_session_key_carries_the_hash_tag(backend: Backend) -> None:
+    """Every key of a session is tagged {session_id}, so the session lives in one slot."""
+    store = redis_store(backend, retention=2)
+    s = await new_session(store)
+    await store.append(s, [entry() for _ in range(4)])
+    await store.put_participant(s, ParticipantRecord(participant_id="p-1", role="edge"))
+    await store.set_deadline(Deadline(session_id=s, participant_id="p-1", due_ms=1))
+    await store.delete_session(s)
+    await store.create_session(header(s))
+    await store.append(s, [entry()])
+    session_keys = [k.decode() for k in raw_keys(backend) if s.encode() in k]
+    assert session_keys
+    assert all(k.startswith(f"rawp:{{{s}}}:") for k in session_keys), session_keys
+
+
+@redis_backends
+async def test_session_ids_with_braces_are_refused(backend: Backend) -> None:
+    """A session id with { or } would move the hash tag: refused with ValueError."""
+    store = redis_store(backend)
+    for bad in ("s-{x}", "s}", "{", ""):
+        h = header()
+        h.session_id = bad
+        with pytest.raises(ValueError, match="session id"):
+            await store.create_session(h)
+
+
+@redis_backends
+async def test_append_to_a_newer_format_is_refused(backend: Backend) -> None:
+    """This build never appends to a log whose header a newer build wrote."""
+    store = redis_store(backend)
+    s = await new_session(store, format_version=FORMAT_VERSION + 1)
+    with pytest.raises(FormatVersionError, match="upgrade"):
+        await store.append(s, [entry()])
+
+
+@redis_backends
+async def test_retention_also_trims_the_dedupe_index(backend: Backend) -> None:
+    """With retention the message_id index holds only the kept entries (bounded memory)."""
+    store = redis_store(backend, retention=3)
+    s = await new_session(store)
+    entries = [entry() for _ in range(10)]
+    for e in entries:
+        await store.append(s, [e])
+    assert [await store.message_seq(s, e.message_id) for e in entries[-4:]] == [None, 8, 9, 10]
+    assert await store.message_seq(s, entries[0].message_id) is None
+
+
+async def test_unreachable_redis_is_store_unavailable() -> None:
+    """With nothing listening, operations raise StoreUnavailableError and ping is false."""
+    store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=0.5)
+    try:
+        assert not await store.ping()
+        with pytest.raises(StoreUnavailableError):
+            await store.append("s-1", [entry()])
+        with pytest.raises(StoreUnavailableError):
+            await store.get_session("s-1")
+        with pytest.raises(StoreUnavailableError):
+            await store.start()
+    finally:
+        await store.close()
+
+
+@single_redis
+async def test_store_recovers_when_redis_comes_back(backend: Backend) -> None:
+    """After an outage the same store object works again without being reopened."""
+    assert backend.server is not None
+    store = redis_store(backend)
+    s = await new_session(store)
+    await store.append(s, [entry()])
+    backend.server.stop()
+    try:
+        with pytest.raises(StoreUnavailableError):
+            await store.append(s, [entry()])
+        assert not await store.ping()
+    finally:
+        backend.server.start()
+    assert await store.ping()
+    assert await store.append(s, [entry()]) == [AppendResult(seq=2)]
+
+
+@single_redis
+async def test_subscription_survives_an_outage(backend: Backend) -> None:
+    """A subscription reports the outage once, says when it is back, then delivers again."""
+    assert backend.server is not None
+    store = redis_store(backend)
+    s = await new_session(store)
+    async with await store.subscribe(s) as sub:
+        backend.server.stop()
+        try:
+            with pytest.raises(StoreUnavailableError):
+                await asyncio.wait_for(anext(sub), 5)
+        finally:
+            backend.server.start()
+        back = await asyncio.wait_for(anext(sub), 10)
+        assert (back.session_id, back.node_id, back.entries) == (s, "", [])
+        await store.append(s, [entry()])
+        got = await asyncio.wait_for(anext(sub), 5)
+        assert [e.seq for e in got.entries] == [1]
+
+
+@pytest.mark.redis
+async def test_rediss_url_works_over_tls(tmp_path: Path) -> None:
+    """A rediss:// URL talks TLS: create, append, read and pub/sub all work."""
+    if redis_server_binary() is None or shutil.which("openssl") is None:
+        pytest.skip("needs redis-server and openssl on PATH")
+    server = RedisServer(tmp_path / "tls", tls=True)
+    server.start()
+    store = open_store(server.url, ssl_ca_certs=str(server.ca_file))
+    try:
+        assert server.url.startswith("rediss://")
+        assert isinstance(store, RedisStore)
+        s = await new_session(store)
+        async with await store.subscribe(s) as sub:
+            assert await store.append(s, [entry(), entry()]) == [
+                AppendResult(seq=1),
+                AppendResult(seq=2),
+            ]
+            got = await asyncio.wait_for(anext(sub), 5)
+            assert got.entries == await store.read(s)
+    finally:
+        await store.close()
+        server.kill()
+
+
+@pytest.mark.redis
+async def test_open_store_picks_the_backend(redis_server: Any) -> None:
+    """open_store maps memory / redis:// / rediss:// (+cluster) to the right backend."""
+    mem = open_store("memory", cluster=False, retention=5)
+    assert isinstance(mem, MemoryStore)
+    red = open_store(redis_server.url, retention=5, node_id="n-1")
+    assert isinstance(red, RedisStore)
+    assert (red.retention, red.node_id, red.cluster) == (5, "n-1", False)
+    await red.close()
+    tls = open_store("rediss://127.0.0.1:1/0")
+    assert isinstance(tls, RedisStore)
+    await tls.close()
+    with pytest.raises(ValueError, match="cluster"):
+        open_store("memory", cluster=True)
+    with pytest.raises(ValueError, match="unknown store"):
+        open_store("postgres://x")
+
+
+def test_memory_store_does_not_import_redis() -> None:
+    """The embedded path never imports redis (it is optional at run time)."""
+    code = (
+        "import sys; from relay.store import open_store; open_store('memory'); "
+        "assert not any(m == 'redis' or m.startswith('redis.') for m in sys.modules), 'redis'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
