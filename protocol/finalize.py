@@ -7,17 +7,24 @@
   ``session.deleted``, the synthetic frames are taken back out (the state from just before
   them is restored and the real frames folded since are re-applied) and the history's frames
   are replayed in order (§7.8.3). Otherwise the finalized state is kept.
+* Whose synthetic frames a history takes out depends on who sent it: a client's history (a
+  log entry, notes §15.1) takes out the finalization in effect; the master's backlog to a
+  reattaching edge or client takes out only the finalization that view made itself when its
+  own connection dropped (synthetic frames without a ``seq``), never the log's own, which
+  stays until the client's history entry inside the backlog retracts it. Inner ``sender``
+  fields are trusted only in the master's backlog (notes §3: ignored on input).
 
 The master, the client library and the dashboard all use these, so every view agrees.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from . import codec
-from .errors import ProtocolError
+from .errors import DirectionError, NotAllowed, ProtocolError
 from .frames import (
     AgentState,
     AgentStatePayload,
@@ -36,7 +43,7 @@ from .frames import (
     TurnEnd,
     TurnEndPayload,
 )
-from .state import SenderRole, SessionState, fold, snapshot
+from .state import Phase, SenderRole, SessionState, allowed_types, fold, snapshot
 
 __all__ = [
     "CONNECTION_LOST",
@@ -130,13 +137,25 @@ def plan_history(
     every frame is folded in order; a frame the state machine refuses is left out of
     ``accepted``. Truncated: the frames are accepted as they are but not folded, and the
     finalized state stays final (notes §15.10).
+
+    Raises :class:`DirectionError` when ``role`` may not send a history and
+    :class:`NotAllowed` once the session is terminated; ``state`` is never changed.
     """
+    if "session.history" not in allowed_types(role):
+        # Without this an edge could retract the master's finalization with an empty history.
+        raise DirectionError(f"a {role} may not send session.history (notes §4)")
+    if state.phase is Phase.TERMINATED:
+        raise NotAllowed("the session was deleted; no further frames are accepted")
+    # A participant's history decides the finalization in effect (§7.8.3); the master's
+    # backlog decides only one this view made itself — the log's own synthetic frames stay
+    # (record included) until the client's history entry inside the backlog retracts them.
+    ours = state.finalized and (role != "master" or state.finalized_locally)
     if not unfinalizes(buffer_status, frames):
-        kept = snapshot(state)
+        # The finalized state is kept and becomes final (its record is dropped).
+        kept = snapshot(state) if ours else copy.deepcopy(state)
         return HistoryPlan(state=kept, accepted=list(frames))
-    was_finalized = state.finalized
-    work = _unfinalized_copy(state)
-    plan = HistoryPlan(state=work, unfinalized=was_finalized)
+    work = _unfinalized_copy(state, role) if ours else copy.deepcopy(state)
+    plan = HistoryPlan(state=work, unfinalized=ours)
     for frame in frames:
         frame_role = _role_of(frame, role)
         try:
@@ -149,8 +168,17 @@ def plan_history(
 
 
 def fold_history(state: SessionState, history: History, role: SenderRole) -> SessionState:
-    """Fold a logged ``session.history`` entry; returns the new state (replay path)."""
-    frames = [codec.decode(raw) for raw in history.payload.frames]
+    """Fold a logged ``session.history`` entry; returns the new state (replay path).
+
+    An element that does not decode is skipped like a frame the state machine refuses, so a
+    replay agrees with a live fold that never saw it.
+    """
+    frames: list[Frame | GenericFrame] = []
+    for raw in history.payload.frames:
+        try:
+            frames.append(codec.decode(raw))
+        except ProtocolError:
+            continue
     return plan_history(state, frames, history.payload.buffer_status, role).state
 
 
@@ -167,10 +195,16 @@ def fold_entry(state: SessionState, frame: Frame | GenericFrame, role: SenderRol
     return state
 
 
-def _unfinalized_copy(state: SessionState) -> SessionState:
-    if state.before_finalization is None:
-        return snapshot(state)
-    restored = snapshot(state.before_finalization)
+def _unfinalized_copy(state: SessionState, role: SenderRole) -> SessionState:
+    """A copy of ``state`` with the synthetic frames a history from ``role`` undoes taken out."""
+    before = state.before_finalization
+    assert before is not None
+    if not before.finalized:
+        restored = snapshot(before)
+    elif role == "master":
+        restored = copy.deepcopy(before)  # the log's own finalization, nested inside ours, stays
+    else:
+        restored = _unfinalized_copy(before, role)  # a client's history undoes both
     for frame, frame_role in state.since_finalization:
         try:
             fold_entry(restored, frame, frame_role)
@@ -180,4 +214,9 @@ def _unfinalized_copy(state: SessionState) -> SessionState:
 
 
 def _role_of(frame: Frame | GenericFrame, default: SenderRole) -> SenderRole:
-    return frame.sender.role if frame.sender is not None else default
+    # ``sender`` is set by the master on delivery and ignored on input (notes §3): only the
+    # master's backlog carries stamped frames. A participant's history speaks for that
+    # participant alone, else a client could pass a forged synthetic frame off as the master's.
+    if default == "master" and frame.sender is not None:
+        return frame.sender.role
+    return default

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import enum
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias
@@ -38,11 +39,13 @@ from .errors import (
     UsageMissing,
 )
 from .frames import (
+    _UUID4,
     AnyFrame,
     ClientFrame,
     EdgeFrame,
     Frame,
     GenericFrame,
+    History,
     MasterFrame,
 )
 
@@ -99,9 +102,16 @@ class SessionState:
     cost_unit: str = ""
     compactions: int = 0
     # §7.8.3: the state as it was just before the first synthetic frame, and the real frames
-    # folded since, so unfinalization can take exactly the synthetic frames back out.
+    # folded since, so unfinalization can take exactly the synthetic frames back out. When a
+    # local finalization lands on top of the log's, ``before_finalization`` keeps the log's
+    # record inside it.
     before_finalization: SessionState | None = None
     since_finalization: list[tuple[Frame | GenericFrame, SenderRole]] = field(default_factory=list)
+    # True when this view made the synthetic frames itself (no ``seq``: never logged), as an
+    # edge or client does when its own connection drops; False when they came from the log.
+    # A master backlog retracts only a local finalization (the log's own is retracted by the
+    # client's history entry when, and only when, the log holds one).
+    finalized_locally: bool = False
 
     @property
     def finalized(self) -> bool:
@@ -164,8 +174,15 @@ def _nothing(state: SessionState, frame: Frame, role: SenderRole) -> None:
     """No check, or no change."""
 
 
+# The decoder already enforces UUID v4 on the wire; frames built in code (client library,
+# tests) are not validated on construction, so the rule is checked here too.
+_UUID4_RE: Final = re.compile(_UUID4)
+
+
 def _turn_start_check(state: SessionState, frame: Frame, role: SenderRole) -> None:
     p = frame.payload  # type: ignore[attr-defined]
+    if not _UUID4_RE.match(p.turn_id):
+        raise TurnStateError(f"turn_id must be a UUID v4, got {p.turn_id!r}")
     if p.turn_id in state.turn_ids:
         raise TurnStateError(f"turn_id {p.turn_id} was already used in this session")
     if p.turn_index != state.last_turn_index + 1:
@@ -211,7 +228,19 @@ def _refuse_turn_end(state: SessionState, frame: Frame, role: SenderRole) -> Non
     raise TurnStateError("no turn is open; session.turn.end must close an open turn")
 
 
+def _usage_check(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    # Also enforced by the decoder; repeated for frames built in code (notes §6 lists it).
+    window = frame.payload.context_window  # type: ignore[attr-defined]
+    utilization = None if window is None else window.utilization
+    if utilization is not None and not 0.0 <= utilization <= 1.0:
+        raise InvalidFrame(f"context_window.utilization must be in [0, 1], got {utilization}")
+
+
 def _usage_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    if role != "client":
+        # The master's session.usage carries totals (notes §4) computed from the client's
+        # usage already folded here; adding it would count everything twice.
+        return
     p = frame.payload  # type: ignore[attr-defined]
     state.input_tokens += p.token_usage.input_tokens
     state.output_tokens += p.token_usage.output_tokens
@@ -256,8 +285,7 @@ def _deleted_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
     state.open_thinking.clear()
     state.turn_id = None
     state.agent_state = "idle"
-    state.before_finalization = None
-    state.since_finalization.clear()
+    _drop_record(state)
 
 
 def _agent_state_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
@@ -358,9 +386,16 @@ def _refuse_terminated(state: SessionState, frame: Frame, role: SenderRole) -> N
     raise NotAllowed("the session was deleted; no further frames are accepted")
 
 
+def _master_notice_only(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    # After delete only the master's own presence/error notices about the session are folded
+    # (they change nothing); participants are refused like for every other frame.
+    if role != "master":
+        _refuse_terminated(state, frame, role)
+
+
 # Frames that are valid in every live phase and do not move the phase.
 _ANYTIME: Final[dict[str, Rule]] = {
-    "session.usage": Rule(_nothing, _usage_apply),
+    "session.usage": Rule(_usage_check, _usage_apply),
     "session.compacted": Rule(_compacted_check, _compacted_apply),
     "session.renamed": Rule(_renamed_check, _renamed_apply),
     "session.error": Rule(_nothing, _nothing),
@@ -390,7 +425,8 @@ def _build_table() -> dict[tuple[Phase, str], Rule]:
     for phase in (Phase.IDLE, Phase.TURN_OPEN, Phase.USAGE_DUE):
         for tag, rule in _ANYTIME.items():
             table[phase, tag] = rule
-    table[Phase.USAGE_DUE, "session.usage"] = Rule(_nothing, _usage_apply, Phase.IDLE)
+    # USAGE_DUE → IDLE on the client's next frame (usage or not) is decided in _next_phase:
+    # the master's usage totals or an edge's frame must not pay the client's debt.
     table[Phase.IDLE, "session.turn.start"] = _TURN_START
     table[Phase.USAGE_DUE, "session.turn.start"] = _TURN_START
     table[Phase.TURN_OPEN, "session.turn.start"] = Rule(_refuse_turn_start, _nothing)
@@ -399,10 +435,10 @@ def _build_table() -> dict[tuple[Phase, str], Rule]:
     table[Phase.USAGE_DUE, "session.turn.end"] = Rule(_refuse_turn_end, _nothing)
     for tag in SESSION_FRAME_TYPES - {"session.history"}:
         table[Phase.TERMINATED, tag] = _REFUSED
-    # Presence and errors about a deleted session are still folded (they change nothing).
-    table[Phase.TERMINATED, "session.presence"] = Rule(_nothing, _nothing)
-    table[Phase.TERMINATED, "session.error"] = Rule(_nothing, _nothing)
-    table[Phase.TERMINATED, "session.deleted"] = Rule(_nothing, _nothing)
+    # The master's presence and error notices about a deleted session are still folded (they
+    # change nothing). A second session.deleted is refused: the session ended once.
+    table[Phase.TERMINATED, "session.presence"] = Rule(_master_notice_only, _nothing)
+    table[Phase.TERMINATED, "session.error"] = Rule(_master_notice_only, _nothing)
     return table
 
 
@@ -419,7 +455,12 @@ def check(
     """Check ``frame`` from ``role`` against ``state`` without changing it.
 
     Raises the :class:`ProtocolError` that refuses the frame. Returns warnings that do not
-    refuse it (``usage_missing``).
+    refuse it (``usage_missing``). Precedence: ``direction`` first, then connection frames
+    (``connection.ack`` is accepted and never changes the session — the connection layer
+    handles it, it is not logged; ``hello``/``welcome`` are ``invalid_frame`` after the
+    handshake), then synthetic frames from a participant, then ``not_allowed`` once the
+    session is terminated, then the phase's rule. ``session.history`` is refused here: it is
+    checked and folded by :func:`protocol.finalize.plan_history`.
     """
     if isinstance(frame, GenericFrame):
         if state.phase is Phase.TERMINATED:
@@ -436,6 +477,12 @@ def check(
         raise InvalidFrame("metadata.synthetic frames are made by the master only (§7.8.1)")
     rule = TABLE.get((state.phase, tag))
     if rule is None:
+        if state.phase is Phase.TERMINATED:
+            _refuse_terminated(state, frame, role)
+        if tag == "session.history":
+            raise InvalidFrame(
+                "session.history is folded with protocol.finalize.fold_history, not fold()"
+            )
         raise ProtocolError(f"{tag} is not valid in phase {state.phase.value}")
     rule.check(state, frame, role)
     if state.phase is Phase.USAGE_DUE and role == "client" and tag != "session.usage":
@@ -455,7 +502,12 @@ def fold(
     ``session.history`` frames are folded with :func:`protocol.finalize.fold_history`.
     """
     warnings = check(state, frame, role)
-    if isinstance(frame, GenericFrame) or frame.type in _CONNECTION_TYPES:
+    if isinstance(frame, GenericFrame):
+        if role == "client" and state.before_finalization is not None:
+            # Any live client frame (known type or not) means it came back without a history.
+            _record_for_unfinalization(state, frame, role)
+        return warnings
+    if frame.type in _CONNECTION_TYPES:
         return warnings
     _record_for_unfinalization(state, frame, role)
     rule = TABLE[state.phase, frame.type]
@@ -474,37 +526,63 @@ def _next_phase(state: SessionState, frame: Frame, role: SenderRole, rule: Rule)
     return state.phase
 
 
-def _record_for_unfinalization(state: SessionState, frame: Frame, role: SenderRole) -> None:
+def _record_for_unfinalization(
+    state: SessionState, frame: Frame | GenericFrame, role: SenderRole
+) -> None:
     if frame.synthetic:
+        local = frame.seq is None
         if state.before_finalization is None:
             state.before_finalization = snapshot(state)
+            state.finalized_locally = local
+        elif local and not state.finalized_locally:
+            # This view finalizes on top of the log's finalization (it dropped in the middle of
+            # the master's synthetic frames): nest the records, the log's inside ours, so the
+            # backlog takes back exactly ours and the client's history both.
+            state.before_finalization = copy.deepcopy(state)
+            state.since_finalization = []
+            state.finalized_locally = True
         return
     if state.before_finalization is None:
         return
     if role == "client":
         # The client came back without (or before) a history: finalization stands (§7.8.3).
-        state.before_finalization = None
-        state.since_finalization.clear()
+        _drop_record(state)
     else:
         state.since_finalization.append((frame, role))
 
 
+def _drop_record(state: SessionState) -> None:
+    state.before_finalization = None
+    state.since_finalization = []
+    state.finalized_locally = False
+
+
 def snapshot(state: SessionState) -> SessionState:
     """A deep copy of ``state`` without its own unfinalization record."""
-    saved_before, saved_since = state.before_finalization, state.since_finalization
-    state.before_finalization, state.since_finalization = None, []
+    saved = state.before_finalization, state.since_finalization, state.finalized_locally
+    _drop_record(state)
     try:
         return copy.deepcopy(state)
     finally:
-        state.before_finalization, state.since_finalization = saved_before, saved_since
+        state.before_finalization, state.since_finalization, state.finalized_locally = saved
 
 
 def replay(frames: Sequence[tuple[Frame | GenericFrame, SenderRole]]) -> SessionState:
-    """Fold ``frames`` into a fresh state, skipping the ones the state machine refuses."""
+    """Fold ``frames`` into a fresh state, skipping the ones the state machine refuses.
+
+    ``session.history`` entries are folded with :func:`protocol.finalize.fold_entry`, so a
+    replay of a session log reproduces the live view (notes §8 invariant 3, §15.1).
+    """
+    # Imported here: finalize builds on this module.
+    from .finalize import fold_entry
+
     state = SessionState()
     for frame, role in frames:
         try:
-            fold(state, frame, role)
+            if isinstance(frame, History):
+                state = fold_entry(state, frame, role)
+            else:
+                fold(state, frame, role)
         except ProtocolError:
             continue
     return state
