@@ -1,3 +1,9 @@
-"""Black-box conformance runner: checks any RAWP master against the spec."""
+"""Black-box conformance runner: checks any RAWP master against RAWP 1.0.2 §7 and rawp-notes.
+
+``rawp conformance`` (:mod:`.cli`) runs the registered cases (:mod:`.case`, :mod:`.cases`) with
+:mod:`.runner` over plain WebSocket and HTTP peers (:mod:`.peer`, :mod:`.wire`) and reports
+them (:mod:`.report`). Nothing here imports the relay: a master is judged by the wire alone.
+See docs/conformance.md.
+"""
 
 __all__: list[str] = []

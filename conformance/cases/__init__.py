@@ -1,0 +1,23 @@
+"""The case modules, one per spec section; importing this package registers every case.
+
+RAWP 1.0.2 §7: :mod:`.s7_1_history`, :mod:`.s7_3_usage`, :mod:`.s7_4_errors`,
+:mod:`.s7_5_turns`, :mod:`.s7_6_rename`, :mod:`.s7_7_delete`, :mod:`.s7_8_recovery`.
+rawp-notes: :mod:`.handshake` (§2, §5, §14), :mod:`.envelope` (§3), :mod:`.buffers` (§7, §15.4–5),
+:mod:`.state_machine` (§6, §15.11). :mod:`.common` holds the scenarios several modules share.
+"""
+
+from . import (  # noqa: F401
+    buffers,
+    envelope,
+    handshake,
+    s7_1_history,
+    s7_3_usage,
+    s7_4_errors,
+    s7_5_turns,
+    s7_6_rename,
+    s7_7_delete,
+    s7_8_recovery,
+    state_machine,
+)
+
+__all__: list[str] = []

@@ -1,0 +1,183 @@
+"""``rawp conformance``: check any master against RAWP 1.0.2 §7 and rawp-notes, black-box.
+
+::
+
+    rawp conformance --ws-url ws://HOST:PORT/v1/ws --http-url http://HOST:PORT --api-key KEY
+                     [--json FILE] [--junit FILE] [--only PATTERN]... [--skip PATTERN]...
+                     [--expected-failures FILE] [--timeout SECONDS] [--hello-timeout SECONDS]
+                     [--list]
+
+Exit status: 0 when every MUST passed (or is listed in --expected-failures), 1 when a MUST
+failed, 2 for usage errors (bad flags, unreadable files, no case selected, master unreachable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import fnmatch
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import TextIO
+
+from websockets.asyncio.client import connect
+from websockets.typing import Subprotocol
+
+from .case import Case, all_cases
+from .report import Progress, Report, read_expected_failures
+from .runner import Target, run_cases
+
+__all__ = ["USAGE_ERROR", "main_async", "register", "select"]
+
+USAGE_ERROR = 2
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``rawp conformance`` to the ``rawp`` parser."""
+    parser = sub.add_parser(
+        "conformance",
+        help="check a master against RAWP §7 and the wire contract (black-box)",
+        description=(
+            "Run the RAWP conformance cases against a running master over WebSocket and HTTP. "
+            "Exits 1 when a MUST case fails (unless listed in --expected-failures)."
+        ),
+    )
+    add_arguments(parser)
+    parser.set_defaults(handler=_handler)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``rawp conformance``."""
+    a = parser.add_argument
+    a("--ws-url", help="the master's WebSocket endpoint, e.g. ws://127.0.0.1:8765/v1/ws")
+    a("--http-url", help="the master's HTTP base URL, e.g. http://127.0.0.1:8766")
+    a("--api-key", default=None, help="an API key of the master (env RAWP_API_KEY)")
+    a("--json", metavar="FILE", help="write the JSON report to FILE")
+    a("--junit", metavar="FILE", help="write a JUnit XML report to FILE")
+    a(
+        "--only",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="run only cases whose id matches PATTERN (fnmatch; repeatable)",
+    )
+    a(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="do not run cases whose id matches PATTERN (fnmatch; repeatable)",
+    )
+    a(
+        "--expected-failures",
+        metavar="FILE",
+        help="case ids (one per line, # comments) whose failure does not fail the run",
+    )
+    a("--timeout", type=float, default=10.0, metavar="SECONDS", help="per case (default 10)")
+    a(
+        "--hello-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="the master's handshake timeout (default 10, notes §5); 4408 is skipped when it "
+        "does not fit in --timeout",
+    )
+    a("--list", action="store_true", help="list the selected cases and exit")
+
+
+def select(cases: Sequence[Case], only: Sequence[str], skip: Sequence[str]) -> list[Case]:
+    """Cases whose id matches any ``only`` pattern (all when none) and no ``skip`` pattern."""
+    chosen = [c for c in cases if not only or any(fnmatch.fnmatchcase(c.id, p) for p in only)]
+    return [c for c in chosen if not any(fnmatch.fnmatchcase(c.id, p) for p in skip)]
+
+
+def _handler(args: argparse.Namespace) -> int:
+    return asyncio.run(main_async(args))
+
+
+async def main_async(
+    args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    """Run ``rawp conformance`` with parsed ``args``; returns the exit status."""
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
+    registered = all_cases()
+    cases = select(registered, args.only, args.skip)
+    if args.list:
+        for c in cases:
+            print(f"{c.id:<48} {c.level:<6} {c.description}", file=out)
+        return 0
+    if not cases:
+        print("rawp conformance: no case matches --only/--skip", file=err)
+        return USAGE_ERROR
+    api_key: str = args.api_key or os.environ.get("RAWP_API_KEY") or ""
+    missing = [
+        flag
+        for flag, value in (("--ws-url", args.ws_url), ("--http-url", args.http_url))
+        if not value
+    ]
+    if not api_key:
+        missing.append("--api-key (or RAWP_API_KEY)")
+    if missing:
+        print(f"rawp conformance: missing {', '.join(missing)}", file=err)
+        return USAGE_ERROR
+    if args.timeout <= 0:
+        print("rawp conformance: --timeout must be positive", file=err)
+        return USAGE_ERROR
+    expected: frozenset[str] = frozenset()
+    if args.expected_failures:
+        try:
+            expected = read_expected_failures(args.expected_failures)
+        except OSError as exc:
+            print(f"rawp conformance: cannot read --expected-failures: {exc}", file=err)
+            return USAGE_ERROR
+    target = Target(
+        ws_url=args.ws_url,
+        http_url=args.http_url,
+        api_key=api_key,
+        hello_timeout_s=args.hello_timeout,
+    )
+    problem = await _reachable(target.ws_url)
+    if problem:
+        print(f"rawp conformance: cannot reach {target.ws_url}: {problem}", file=err)
+        return USAGE_ERROR
+    print(f"RAWP conformance: {len(cases)} cases against {target.ws_url}", file=out, flush=True)
+    started_at = dt.datetime.now(dt.UTC)
+    started = time.perf_counter()
+    results = await run_cases(
+        target,
+        cases,
+        timeout=args.timeout,
+        expected_failures=expected,
+        on_result=Progress(out),
+    )
+    report = Report(
+        target=target,
+        results=results,
+        started_at=started_at,
+        duration_s=time.perf_counter() - started,
+        expected_failures=expected,
+        registered=frozenset(c.id for c in registered),
+    )
+    print("", file=out)
+    print(report.summary(), file=out, flush=True)
+    if args.json:
+        report.write_json(args.json)
+    if args.junit:
+        report.write_junit(args.junit)
+    return report.exit_code
+
+
+async def _reachable(url: str) -> str | None:
+    """None when a WebSocket handshake to ``url`` succeeds, else why not."""
+    try:
+        async with connect(
+            url, subprotocols=[Subprotocol("rawp.1")], open_timeout=5, proxy=None
+        ) as ws:
+            await ws.close()
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None

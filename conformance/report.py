@@ -1,0 +1,245 @@
+"""Reporting a conformance run: live progress, summary table, JSON, JUnit XML.
+
+Every case result carries its id, level (MUST / SHOULD, RAWP 1.0.2 §7 and rawp-notes), status
+(PASS / FAIL / WARN / SKIP), the spec reference its id cites, details and duration. The run
+exits 1 when a MUST failed that is not listed in the expected-failures file; an expected
+failure that now passes is *stale* and reported (it does not change the exit code).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, TextIO
+
+from .runner import STATUSES, Result, Target
+
+__all__ = [
+    "FORMAT_VERSION",
+    "Progress",
+    "Report",
+    "read_expected_failures",
+]
+
+FORMAT_VERSION: Final = 1
+"""Version of the JSON report layout."""
+
+
+def read_expected_failures(path: str | Path) -> frozenset[str]:
+    """Case ids, one per line; ``#`` starts a comment; blank lines are ignored."""
+    ids: set[str] = set()
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        text = line.split("#", 1)[0].strip()
+        if text:
+            ids.add(text)
+    return frozenset(ids)
+
+
+class Progress:
+    """Prints one line per finished case (and its details when it did not pass)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def __call__(self, index: int, total: int, result: Result) -> None:
+        width = len(str(total))
+        status = result.status + ("*" if result.expected_failure else "")
+        line = (
+            f"[{index:>{width}}/{total}] {status:<5} {result.case.id}  "
+            f"({result.case.level}, {result.duration_s:.2f}s)"
+        )
+        print(line, file=self.stream, flush=True)
+        if result.status != "PASS" and result.details:
+            print(f"{'':>{2 * width + 4}}{result.details}", file=self.stream, flush=True)
+
+
+@dataclass
+class Report:
+    """One finished run."""
+
+    target: Target
+    results: list[Result]
+    started_at: dt.datetime
+    duration_s: float
+    expected_failures: frozenset[str] = frozenset()
+    registered: frozenset[str] = field(default_factory=frozenset)
+
+    # --- verdict ---------------------------------------------------------------------------
+
+    @property
+    def exit_code(self) -> int:
+        """1 when a MUST failed and is not an expected failure, else 0."""
+        return 1 if any(r.blocking for r in self.results) else 0
+
+    @property
+    def stale(self) -> list[str]:
+        """Expected failures that passed."""
+        return [r.case.id for r in self.results if r.stale]
+
+    @property
+    def unknown_expected(self) -> list[str]:
+        """Ids in the expected-failures file that name no registered case."""
+        return sorted(self.expected_failures - self.registered)
+
+    def counts(self, results: Iterable[Result] | None = None) -> dict[str, int]:
+        """Results per status."""
+        counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
+        for result in self.results if results is None else results:
+            counts[result.status] += 1
+        return counts
+
+    # --- text ------------------------------------------------------------------------------
+
+    def summary(self) -> str:
+        """The summary table: per section, per status; then what did not pass."""
+        lines: list[str] = []
+        sections: dict[str, list[Result]] = {}
+        for result in self.results:
+            sections.setdefault(result.case.spec, []).append(result)
+        width = max([len("section"), *(len(s) for s in sections)])
+        header = f"{'section':<{width}}  cases  " + "  ".join(f"{s:>4}" for s in STATUSES)
+        lines += [header, "-" * len(header)]
+        for spec, results in sections.items():
+            counts = self.counts(results)
+            cells = "  ".join(f"{counts[s]:>4}" for s in STATUSES)
+            lines.append(f"{spec:<{width}}  {len(results):>5}  {cells}")
+        lines.append("-" * len(header))
+        counts = self.counts()
+        cells = "  ".join(f"{counts[s]:>4}" for s in STATUSES)
+        lines.append(f"{'total':<{width}}  {len(self.results):>5}  {cells}")
+        failing = [r for r in self.results if r.status in ("FAIL", "WARN")]
+        if failing:
+            lines += ["", "Not passing:"]
+            for r in failing:
+                mark = " (expected failure)" if r.expected_failure else ""
+                lines.append(f"  {r.status} {r.case.level:<6} {r.case.id}{mark}: {r.details}")
+        skipped = [r for r in self.results if r.status == "SKIP"]
+        if skipped:
+            lines += ["", "Skipped:"]
+            lines += [f"  {r.case.id}: {r.details}" for r in skipped]
+        if self.stale:
+            lines += ["", "Stale expected failures (now passing; remove them from the file):"]
+            lines += [f"  {case_id}" for case_id in self.stale]
+        if self.unknown_expected:
+            lines += ["", "Expected failures that name no case:"]
+            lines += [f"  {case_id}" for case_id in self.unknown_expected]
+        must = sum(1 for r in self.results if r.blocking)
+        verdict = (
+            f"FAILED: {must} MUST case(s) failed"
+            if must
+            else "OK: every MUST passed (or is an expected failure)"
+        )
+        lines += ["", f"{verdict} — {self.duration_s:.1f}s"]
+        return "\n".join(lines)
+
+    # --- JSON ------------------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        """The machine-readable report (see docs/conformance.md)."""
+        return {
+            "format_version": FORMAT_VERSION,
+            "tool": "rawp conformance",
+            "target": {"ws_url": self.target.ws_url, "http_url": self.target.http_url},
+            "started_at": self.started_at.isoformat().replace("+00:00", "Z"),
+            "duration_s": round(self.duration_s, 3),
+            "exit_code": self.exit_code,
+            "summary": {
+                **self.counts(),
+                "total": len(self.results),
+                "must_failures": sum(1 for r in self.results if r.blocking),
+                "expected_failures": sum(
+                    1 for r in self.results if r.expected_failure and r.status != "PASS"
+                ),
+            },
+            "stale_expected_failures": self.stale,
+            "unknown_expected_failures": self.unknown_expected,
+            "cases": [
+                {
+                    "id": r.case.id,
+                    "level": r.case.level,
+                    "status": r.status,
+                    "spec": r.case.spec,
+                    "description": r.case.description,
+                    "details": r.details,
+                    "duration_s": round(r.duration_s, 3),
+                    "expected_failure": r.expected_failure,
+                    "kill": r.case.kill,
+                }
+                for r in self.results
+            ],
+        }
+
+    def write_json(self, path: str | Path) -> None:
+        """Write :meth:`to_json` to ``path``."""
+        text = json.dumps(self.to_json(), indent=2, ensure_ascii=False)
+        Path(path).write_text(text + "\n", encoding="utf-8")
+
+    # --- JUnit -----------------------------------------------------------------------------
+
+    def to_junit(self) -> ET.ElementTree[ET.Element]:
+        """JUnit XML: one testcase per case; FAIL → failure, SKIP and expected failures → skipped.
+
+        WARN (a SHOULD that failed) is not a JUnit failure: it is reported in the testcase's
+        ``system-out`` and in a ``level``/``status`` property pair.
+        """
+        counts = self.counts()
+        failures = sum(1 for r in self.results if r.blocking)
+        skipped = sum(
+            1 for r in self.results if r.status == "SKIP" or (r.status == "FAIL" and not r.blocking)
+        )
+        suite = ET.Element(
+            "testsuite",
+            {
+                "name": "rawp-conformance",
+                "tests": str(len(self.results)),
+                "failures": str(failures),
+                "errors": "0",
+                "skipped": str(skipped),
+                "time": f"{self.duration_s:.3f}",
+                "timestamp": self.started_at.isoformat(),
+            },
+        )
+        properties = ET.SubElement(suite, "properties")
+        for name, value in (
+            ("ws_url", self.target.ws_url),
+            ("http_url", self.target.http_url),
+            ("warnings", str(counts["WARN"])),
+        ):
+            ET.SubElement(properties, "property", {"name": name, "value": value})
+        for r in self.results:
+            testcase = ET.SubElement(
+                suite,
+                "testcase",
+                {
+                    "classname": r.case.spec,
+                    "name": r.case.id,
+                    "time": f"{r.duration_s:.3f}",
+                },
+            )
+            props = ET.SubElement(testcase, "properties")
+            ET.SubElement(props, "property", {"name": "level", "value": r.case.level})
+            ET.SubElement(props, "property", {"name": "status", "value": r.status})
+            if r.status == "FAIL" and r.expected_failure:
+                ET.SubElement(testcase, "skipped", {"message": f"expected failure: {r.details}"})
+            elif r.status == "FAIL":
+                failure = ET.SubElement(testcase, "failure", {"message": r.details})
+                failure.text = f"{r.case.level} {r.case.id}: {r.case.description}\n{r.details}"
+            elif r.status == "SKIP":
+                ET.SubElement(testcase, "skipped", {"message": r.details})
+            elif r.status == "WARN":
+                out = ET.SubElement(testcase, "system-out")
+                out.text = f"WARN (SHOULD not met): {r.details}"
+            if r.stale:
+                out = ET.SubElement(testcase, "system-err")
+                out.text = "stale expected failure: this case passes now"
+        return ET.ElementTree(suite)
+
+    def write_junit(self, path: str | Path) -> None:
+        """Write :meth:`to_junit` to ``path``."""
+        tree = self.to_junit()
+        ET.indent(tree)
+        tree.write(path, encoding="utf-8", xml_declaration=True)
