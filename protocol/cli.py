@@ -194,6 +194,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     validate.set_defaults(handler=_validate)
 
+    from .tail import add_tail_parser
+
+    add_tail_parser(subparsers)
+
 
 def _schemas(args: argparse.Namespace) -> int:
     out: Path = args.out

@@ -5,7 +5,10 @@
   user input, register — plus the grants it was issued with (``client``: attach as the
   session's client; ``delete``: delete the session). Tokens expire and can be revoked.
 
-Only the SHA-256 of a secret is stored; secrets are shown once and never logged.
+Only the SHA-256 of a secret is stored; secrets are shown once and never logged. The digest
+doubles as the credential's public id (``token_id``): it names a credential (to revoke it)
+without revealing it. Every HTTP route and the WebSocket attach ask :class:`Principal`
+what the credential may do (``may_*`` / ``require_*``), so the scope rules live here only.
 """
 
 from __future__ import annotations
@@ -17,12 +20,15 @@ import time
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from protocol import codec
 from protocol.errors import BadCredential, Forbidden
 
 from .store.base import Credential, SessionHeader, Store
 
 __all__ = [
+    "DEFAULT_TOKEN_TTL_S",
     "GRANTS",
+    "MAX_TOKEN_TTL_S",
     "Authenticator",
     "Principal",
     "digest",
@@ -31,8 +37,12 @@ __all__ = [
 ]
 
 GRANTS: Final = frozenset({"client", "delete"})
+"""What a session token may be granted beyond edge, read, append and register."""
+DEFAULT_TOKEN_TTL_S: Final = 24 * 3600.0
+MAX_TOKEN_TTL_S: Final = 30 * 24 * 3600.0
 _KEY_PREFIX: Final = "rk_"
 _TOKEN_PREFIX: Final = "st_"
+_SKEW_MS: Final = 1000  # clocks of master nodes may differ this much
 
 
 def digest(secret: str) -> str:
@@ -58,12 +68,29 @@ class Principal:
     workspace: str
     session_id: str | None = None
     grants: frozenset[str] = frozenset()
+    credential_id: str = ""
+    """The credential's public id (the digest of its secret); "" for principals built in code."""
+    expires_at_ms: int | None = None
+    issued_at_ms: int = 0
+
+    @property
+    def expired(self) -> bool:
+        """True once the credential's expiry has passed (checked again on long streams)."""
+        return self.expires_at_ms is not None and self.expires_at_ms <= _now_ms()
 
     def can_see(self, header: SessionHeader) -> bool:
-        """May this principal read the session?"""
+        """May this principal read the session?
+
+        A token issued before its session was created belongs to an earlier session of the
+        same id (deleted, then created again): it does not see the new one.
+        """
         if header.workspace != self.workspace:
             return False
-        return self.kind == "key" or header.session_id == self.session_id
+        if self.kind == "key":
+            return True
+        if header.session_id != self.session_id:
+            return False
+        return not self.issued_at_ms or _created_ms(header) <= self.issued_at_ms + _SKEW_MS
 
     def require_session(self, header: SessionHeader) -> None:
         """Raise Forbidden unless the principal may read the session."""
@@ -87,6 +114,25 @@ class Principal:
         """May this principal create sessions?"""
         return self.kind == "key"
 
+    def may_list(self) -> bool:
+        """May this principal list its workspace's sessions? (API keys only.)"""
+        return self.kind == "key"
+
+    def may_issue_tokens(self) -> bool:
+        """May this principal issue session tokens? (API keys only.)"""
+        return self.kind == "key"
+
+    def may_revoke(self, record: Credential) -> bool:
+        """A key revokes any token of its workspace; a token revokes itself (sign out)."""
+        if record.kind != "token" or record.workspace != self.workspace:
+            return False
+        return self.kind == "key" or record.digest == self.credential_id
+
+    def require_delete(self) -> None:
+        """Raise Forbidden unless the principal may delete (API key, or the ``delete`` grant)."""
+        if not self.may_delete():
+            raise Forbidden("this session token was not granted delete")
+
 
 class Authenticator:
     """Issues and checks credentials kept in the store."""
@@ -106,7 +152,7 @@ class Authenticator:
         session_id: str,
         *,
         grants: frozenset[str] = frozenset(),
-        ttl_s: float | None = 24 * 3600,
+        ttl_s: float | None = DEFAULT_TOKEN_TTL_S,
     ) -> tuple[str, Credential]:
         """A new session token for ``session_id``; returns (secret, stored record)."""
         unknown = grants - GRANTS
@@ -125,6 +171,12 @@ class Authenticator:
         )
         await self._store.put_credential(record)
         return token, record
+
+    async def lookup(self, credential_id: str) -> Credential | None:
+        """The stored record of a credential by its public id (digest), or None."""
+        if len(credential_id) != 64 or any(c not in "0123456789abcdef" for c in credential_id):
+            return None
+        return await self._store.get_credential(credential_id)
 
     async def revoke(self, secret_digest: str) -> bool:
         """Revoke a credential by digest; False if unknown."""
@@ -152,8 +204,15 @@ class Authenticator:
             workspace=record.workspace,
             session_id=record.session_id,
             grants=frozenset(record.grants),
+            credential_id=record.digest,
+            expires_at_ms=record.expires_at_ms,
+            issued_at_ms=record.created_at_ms,
         )
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _created_ms(header: SessionHeader) -> int:
+    return int(codec.parse_time(header.created_at).timestamp() * 1000)

@@ -31,6 +31,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     create.add_argument("--redis-cluster", action="store_true")
     create.set_defaults(handler=_keys_create)
+    # [http-api] rawp keys revoke; rawp tokens create|revoke (relay/credentials_cli.py)
+    from .credentials_cli import add_key_commands, add_token_commands
+
+    add_key_commands(keys_sub)
+    add_token_commands(sub)
+
+    from .demo import add_demo_parser
+
+    add_demo_parser(sub)
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -41,6 +41,8 @@ class Settings:
     retention: int | None = None
     shutdown_timeout_s: float = 5.0
     node_id: str = field(default="")
+    node_heartbeat_s: float = 1.0
+    node_dead_after_s: float = 5.0
 
     @property
     def scheme(self) -> tuple[str, str]:
@@ -81,6 +83,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     a("--max-edges-per-session", type=int, default=d.max_edges_per_session)
     a("--retention", type=int, default=None, metavar="FRAMES", help="keep only the newest N")
     a("--node-id", default="", help="this node's id in sender stamps (default: random)")
+    # Multi-node liveness (redis store; docs/operations.md). Hidden: tests shorten them.
+    a("--node-heartbeat", type=float, default=d.node_heartbeat_s, help=argparse.SUPPRESS)
+    a("--node-dead-after", type=float, default=d.node_dead_after_s, help=argparse.SUPPRESS)
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -114,4 +119,6 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         max_edges_per_session=args.max_edges_per_session,
         retention=args.retention,
         node_id=args.node_id,
+        node_heartbeat_s=args.node_heartbeat,
+        node_dead_after_s=args.node_dead_after,
     )

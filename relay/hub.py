@@ -25,13 +25,14 @@ from protocol.errors import (
 from protocol.frames import Hello, Sender
 
 from .auth import Authenticator, Principal
+from .cluster import node_for
 from .config import Settings
 from .fanout import Sink
 from .metrics import Metrics
 from .session import Participant, Session, rebuild_state
 from .store.base import Deadline, SessionHeader, Store
 
-__all__ = ["Hub", "new_session_header"]
+__all__ = ["Hub", "SessionAttached", "new_session_header"]
 
 log = structlog.get_logger("rawp.hub")
 
@@ -56,6 +57,10 @@ def new_session_header(
         parent_session_id=parent_session_id,
         seed_length=seed_length,
     )
+
+
+class SessionAttached(Exception):
+    """A delete ``if_idle`` found participants attached (HTTP 409)."""
 
 
 class _NoLock:
@@ -83,6 +88,7 @@ class Hub:
         self._loading: dict[str, asyncio.Future[Session]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._deadline_task: asyncio.Task[None] | None = None
+        self.cluster = node_for(self)  # [multinode] no-op with the memory store
 
     # --- plumbing ------------------------------------------------------------------------
 
@@ -103,13 +109,14 @@ class Hub:
 
     def schedule_reload(self, session: Session) -> None:
         """The store failed mid-change: forget the session so the next use reloads it."""
-        self.forget(session)
+        self.cluster.store_failed(session)  # [multinode] redis: keep it, refold when back
 
     def forget(self, session: Session) -> None:
         """Drop a session from this node's registry (deleted, or to be reloaded)."""
         if self._sessions.get(session.id) is session:
             del self._sessions[session.id]
             self.metrics.sessions.set(len(self._sessions))
+            self.cluster.unfollow(session)
 
     @property
     def sessions(self) -> dict[str, Session]:
@@ -122,6 +129,7 @@ class Hub:
         for key in self.settings.api_keys:
             workspace, _, secret = key.rpartition(":")
             await self.auth.register_key(secret, workspace or "default")
+        await self.cluster.start()
         self._deadline_task = asyncio.get_running_loop().create_task(self._deadlines())
 
     async def stop(self) -> None:
@@ -131,6 +139,7 @@ class Hub:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.cluster.stop()
 
     # --- sessions ------------------------------------------------------------------------
 
@@ -156,6 +165,7 @@ class Hub:
             for record in await self.store.list_participants(session_id):
                 if record.role == "client":
                     session.client_id = record.participant_id
+            await self.cluster.follow(session)  # [multinode] subscribe before it is visible
             self._sessions[session_id] = session
             self.metrics.sessions.set(len(self._sessions))
             future.set_result(session)
@@ -210,21 +220,37 @@ class Hub:
             session = await self.open(session_id)
             if session is None:
                 continue
-            async with session.lock:
-                if session.terminated:
-                    continue  # deleted while we waited: resolve the id again
-                participant = await session.attach(sink, hello, principal)
+            joining = self.cluster.attaching(session, role, hello.payload.participant_id)
+            async with session.lock, joining:  # [multinode] cross-node checks and takeover
+                attached = None
+                if not session.terminated:
+                    attached = await session.attach(sink, hello, principal)
+            if attached is None:
+                # Deleted while we waited: resolve the id again once the deletion is over
+                # (without waiting, a session still being closed would be looked up again
+                # and again without ever yielding to the deletion).
+                await session.ended.wait()
+                continue
             self.metrics.connections.labels(role).inc()
-            return session, participant
+            return session, attached
 
-    async def delete(self, session_id: str, *, reason: str, deleted_by: str) -> bool:
-        """Terminate and delete a session (notes §9). False when it does not exist."""
+    async def delete(
+        self, session_id: str, *, reason: str, deleted_by: str, if_idle: bool = False
+    ) -> bool:
+        """Terminate and delete a session (notes §9). False when it does not exist.
+
+        ``if_idle``: raise :class:`SessionAttached` instead while anyone is attached. The
+        check runs under the session lock with the delete (seed 001), so no attach can slip
+        in between them.
+        """
         session = await self.open(session_id)
         if session is None:
             return False
-        async with session.lock:
+        async with session.lock, self.cluster.guard(session):
             if session.terminated:
                 return False
+            if if_idle and session.participants:
+                raise SessionAttached(f"session {session_id} has attached participants")
             await session._terminate(reason, deleted_by)
         return True
 

@@ -45,7 +45,10 @@ class Master:
             store
             if store is not None
             else open_store(
-                settings.store, cluster=settings.redis_cluster, retention=settings.retention
+                settings.store,
+                cluster=settings.redis_cluster,
+                retention=settings.retention,
+                node_id=settings.node_id,  # [multinode] publishes as this node
             )
         )
         self.hub = Hub(settings, self.store, session_lock=session_lock)
@@ -71,7 +74,8 @@ class Master:
         self._stopped = asyncio.Event()
         await self.hub.start()
         tls = self._tls()
-        runner = web.AppRunner(create_app(self.hub), access_log=None, handle_signals=False)
+        app = create_app(self.hub, ws_url=lambda: self.ws_url)  # [http-api] dashboard's ws URL
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, self.settings.host, self.settings.http_port, ssl_context=tls)
         await site.start()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
@@ -30,8 +31,9 @@ from protocol.buffers import BoundedBuffer
 from protocol.errors import (
     ClientAttached,
     Forbidden,
+    NotAllowed,
     ProtocolError,
-    StoreUnavailable,
+    StoreError,
     StoreUnavailableError,
 )
 from protocol.finalize import finalize, fold_entry, plan_history
@@ -59,9 +61,10 @@ from protocol.frames import (
     Welcome,
     WelcomePayload,
 )
-from protocol.state import SessionState, fold, status
+from protocol.state import SessionState, check, fold, status
 
 from .fanout import SLOW_CONSUMER, Outbox, Sink
+from .faults import refusal
 from .store.base import LogEntry, NewEntry, ParticipantRecord, SessionHeader
 
 if TYPE_CHECKING:
@@ -186,6 +189,7 @@ class Session:
         self.participants: dict[str, Participant] = {}
         self.client_id: str | None = None
         self.terminated = False
+        self.ended = asyncio.Event()  # set once a termination is over (store and registry)
         self.listeners: set[Callable[[LogEntry], None]] = set()
         self._inbox: deque[tuple[Participant, Frame | GenericFrame, bytes]] = deque()
         self._wake = asyncio.Event()
@@ -205,12 +209,28 @@ class Session:
         self._inbox.append((participant, frame, raw))
         self._wake.set()
         if self._worker is None:
-            self._worker = asyncio.get_running_loop().create_task(self._work())
+            # A context of its own: the worker serves every connection of the session, so it
+            # must not log with the first submitter's conn / role / participant_id bound.
+            self._worker = asyncio.get_running_loop().create_task(
+                self._work(), context=contextvars.Context()
+            )
         if len(self._inbox) >= self.hub.settings.inbox_frames:
             self._space.clear()
             await self._space.wait()
 
+    async def submit_now(
+        self, participant: Participant, frame: Frame | GenericFrame, raw: bytes
+    ) -> None:
+        """Commit one frame now on the inbox's own path (dedupe, state machine, log, fan-out).
+
+        [http-api] For senders without a socket (``POST /v1/sessions/{id}/events``): the
+        caller awaits the commit; refusals reach ``participant.send_error``.
+        """
+        async with self.lock:
+            await self._commit([(participant, frame, raw)])
+
     async def _work(self) -> None:
+        structlog.contextvars.bind_contextvars(session_id=self.id)
         while not self.terminated:
             await self._wake.wait()
             self._wake.clear()
@@ -224,19 +244,29 @@ class Session:
                     log.exception("commit_failed", session_id=self.id)
 
     async def _commit(self, batch: list[tuple[Participant, Frame | GenericFrame, bytes]]) -> None:
+        if not await self.hub.cluster.ready(self, batch):
+            return  # [multinode] the state may hold unlogged frames: refused, store_unavailable
         pending: list[_Pending] = []
+        folded: set[str] = set()  # message ids folded in this batch, not yet in _recent
         for participant, frame, raw in batch:
             if self.terminated:
                 return
-            if participant.fenced or frame.message_id in self._recent:
+            if participant.fenced or frame.message_id in self._recent or frame.message_id in folded:
                 continue  # fenced generation, or a duplicate: logged once (notes §7)
             if isinstance(frame, History):
                 await self._flush(pending)
                 pending = []
                 await self._accept_history(participant, frame)
                 continue
+            # [http-api] a session token deletes only with the ``delete`` grant (notes §11).
+            if isinstance(frame, Deleted) and not participant.principal.may_delete():
+                participant.send_error(NotAllowed("this credential may not delete the session"))
+                continue
             try:
-                warnings = fold(self.state, frame, participant.role)
+                # A delete request is checked, not folded: it is not logged, and folding it
+                # would close the open calls and turn before the cleanup frames are made.
+                judge = check if isinstance(frame, Deleted) else fold
+                warnings = judge(self.state, frame, participant.role)
             except ProtocolError as exc:
                 participant.send_error(exc)
                 continue
@@ -259,6 +289,7 @@ class Session:
                 exclude=None if isinstance(frame, Renamed) else participant.id,
             )
             pending.append(_Pending(participant, frame, entry))
+            folded.add(frame.message_id)
             if isinstance(frame, SessionError) and frame.payload.fatal:
                 await self._flush(pending)
                 await self._terminate("error", participant.role)
@@ -272,17 +303,16 @@ class Session:
         started = time.perf_counter()
         try:
             results = await self.hub.store.append(self.id, [p.entry for p in pending])
-        except StoreUnavailableError as exc:
+        except (StoreError, KeyError) as exc:  # any store failure: answered, never fatal
             self.hub.metrics.store_errors.inc()
             for p in pending:
                 if p.participant is not None:
-                    p.participant.send_error(
-                        StoreUnavailable(f"frame {p.frame.message_id} was not stored: {exc}")
-                    )
+                    p.participant.send_error(refusal(exc, p.frame.message_id))
             await self._rebuild()
             return False
         self.hub.metrics.store_latency.observe(time.perf_counter() - started)
-        rebuild = False
+        # [multinode] another node appended first: its entries go out before ours, then refold
+        rebuild = await self.hub.cluster.before_delivery(self, results)
         for p, result in zip(pending, results, strict=True):
             if result.duplicate:
                 rebuild = True  # folded speculatively but already in the log
@@ -332,10 +362,14 @@ class Session:
         """Refold the state from the log (after a refused or partly duplicate batch)."""
         try:
             entries = await self.hub.store.read(self.id)
-            self.head = await self.hub.store.head_seq(self.id)
         except StoreUnavailableError:
             self.hub.schedule_reload(self)
             return
+        # Entries past our head (another node's, or ours whose reply was lost) were never
+        # delivered here: deliver them, in seq order, rather than skip past them.
+        for entry in entries:
+            if entry.seq > self.head:
+                self._committed(entry, None)
         self.state = rebuild_state(entries, self.header.name)
 
     # --- master-made frames --------------------------------------------------------------
@@ -444,6 +478,8 @@ class Session:
         if not await self._flush([_Pending(participant, entry_frame, entry)]):
             self.state = previous
             return
+        for inner in plan.accepted:
+            self._remember(inner.message_id)  # logged inside the history: logged once (§7)
         if plan.accepted:
             participant.record.last_received_message_id = plan.accepted[-1].message_id
         status_ = frame.payload.buffer_status
@@ -581,7 +617,8 @@ class Session:
         store = self.hub.store
         grant = participant.record.buffer
         assert grant is not None
-        entries = await store.read(self.id, after_seq=cursor)
+        # up to our head only: later entries reach the participant live (multi-node)
+        entries = await store.read(self.id, after_seq=cursor, before_seq=self.head + 1)
         first_kept = await store.trimmed_before(self.id)
         anchor = (await store.read(self.id, after_seq=cursor - 1, limit=1)) if cursor > 0 else []
         anchor_entry = anchor[0] if anchor and anchor[0].seq == cursor else None
@@ -617,18 +654,20 @@ class Session:
 
     async def detach(self, participant: Participant, *, finalize_client: bool = True) -> None:
         """The participant's connection is gone (notes §5): presence, window, §7.8.1."""
+        participant.outbox.close()  # the socket is gone, whatever happened to the session
         async with self.lock:
             if self.terminated or participant.fenced:
                 return
             if self.participants.get(participant.id) is not participant:
                 return
             del self.participants[participant.id]
-            participant.outbox.close()
             record = participant.record
             record.attached = False
             record.detached_at_ms = _now_ms()
             store = self.hub.store
             try:
+                if not await self.hub.cluster.detaching(self, participant):
+                    return  # [multinode] taken over on another node, or swept: not ours
                 await store.put_participant(self.id, record)
                 await store.set_deadline(self.hub.deadline_for(self.id, record.participant_id))
                 await self.append_master(
@@ -642,12 +681,16 @@ class Session:
                         await self.append_master(synthetic)
             except StoreUnavailableError:
                 self.hub.schedule_reload(self)
+            finally:
+                await self.hub.cluster.release(self)  # [multinode] what detaching() took
 
     async def expire(self, participant_id: str) -> None:
         """The participant's reattach window ran out (notes §5, §9)."""
-        async with self.lock:
+        async with self.lock, self.hub.cluster.guard(self):  # [multinode] cross-node mutex
             if self.terminated or participant_id in self.participants:
                 return
+            if await self.hub.cluster.attached_elsewhere(self, participant_id):
+                return  # [multinode] it reattached on another node meanwhile
             if participant_id == self.client_id:
                 await self._terminate("timeout", "system")
             else:
@@ -708,21 +751,24 @@ class Session:
                     q.outbox.put(data)
         self.terminated = True
         self._space.set()
-        attached = list(self.participants.values())
-        await asyncio.gather(
-            *(q.outbox.drain(self.hub.settings.shutdown_timeout_s) for q in attached)
-        )
-        for q in attached:
-            q.fenced = True
-            q.outbox.close()
-        await asyncio.gather(
-            *(q.sink.close(_NORMAL, f"session deleted ({reason})") for q in attached),
-            return_exceptions=True,
-        )
-        self.participants.clear()
-        with contextlib.suppress(StoreUnavailableError):
-            await self.hub.store.delete_session(self.id)
-        self.hub.forget(self)
+        try:
+            attached = list(self.participants.values())
+            await asyncio.gather(
+                *(q.outbox.drain(self.hub.settings.shutdown_timeout_s) for q in attached)
+            )
+            for q in attached:
+                q.fenced = True
+                q.outbox.close()
+            await asyncio.gather(
+                *(q.sink.close(_NORMAL, f"session deleted ({reason})") for q in attached),
+                return_exceptions=True,
+            )
+            self.participants.clear()
+            with contextlib.suppress(StoreUnavailableError):
+                await self.hub.store.delete_session(self.id)
+            self.hub.forget(self)
+        finally:
+            self.ended.set()
         log.info("session_deleted", session_id=self.id, reason=reason, deleted_by=deleted_by)
 
 

@@ -44,6 +44,7 @@ log = structlog.get_logger("rawp.ws")
 
 WS_PATH: Final = "/v1/ws"
 _POLICY: Final = 1008
+_FLUSH_BEFORE_CLOSE_S: Final = 1.0
 _connection_ids = itertools.count(1)
 
 
@@ -166,6 +167,8 @@ class WebSocketEndpoint:
             if not limiter.allow(len(raw)):
                 if limiter.strikes >= settings.rate_strikes_to_close:
                     metrics.closes.labels(str(_POLICY)).inc()
+                    # The rate_limited errors queued so far go out before the close (§11).
+                    await participant.outbox.drain(_FLUSH_BEFORE_CLOSE_S)
                     await connection.close(_POLICY, "rate limit exceeded")
                     return
                 participant.send_error(RateLimited("too many frames or bytes per second"))

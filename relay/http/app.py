@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from protocol.errors import StoreUnavailableError
 
 from ..auth import Principal
-from ..hub import Hub
+from ..hub import Hub, SessionAttached
 from .problems import problem, problem_middleware
 
 __all__ = ["HUB", "authenticate", "create_app"]
@@ -63,17 +65,23 @@ async def delete_session(request: web.Request) -> web.Response:
         return problem(404, f"no session {session_id}", code="not_found")
     if not principal.may_delete():
         return problem(403, "this credential may not delete the session", code="not_allowed")
-    session = await hub.open(session_id)
-    if request.query.get("if_idle") == "true" and session is not None and session.participants:
+    try:
+        if request.query.get("if_idle") == "true":
+            # Checked under the session lock, together with the delete (seed 001).
+            deleted = await hub.delete(
+                session_id, reason="master_request", deleted_by="master", if_idle=True
+            )
+        else:
+            deleted = await hub.delete(session_id, reason="master_request", deleted_by="master")
+    except SessionAttached:
         return problem(409, "the session has attached participants", code="attached")
-    deleted = await hub.delete(session_id, reason="master_request", deleted_by="master")
     if not deleted and request.query.get("if_absent") != "ok":
         return problem(404, f"no session {session_id}", code="not_found")
     return web.json_response({"session_id": session_id, "deleted": deleted})
 
 
-def create_app(hub: Hub) -> web.Application:
-    """The HTTP application of one master."""
+def create_app(hub: Hub, *, ws_url: Callable[[], str] | None = None) -> web.Application:
+    """The HTTP application of one master (``ws_url``: where the dashboard's socket goes)."""
     app = web.Application(middlewares=[problem_middleware])
     app[HUB] = hub
     app.router.add_get("/healthz", healthz)
@@ -81,4 +89,9 @@ def create_app(hub: Hub) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_delete("/v1/session/{session_id}", delete_session)
     app.router.add_delete("/v1/sessions/{session_id}", delete_session)
+    # --- [http-api] sessions, events, SSE, tokens, export, dashboard (relay/http/routes.py)
+    from .routes import add_routes  # imported here: the route modules import this one
+
+    add_routes(app, ws_url=ws_url)
+    # --- [http-api] end
     return app

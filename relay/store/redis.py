@@ -17,7 +17,16 @@ in one cluster slot and each per-session operation is one atomic Lua script:
 ``rawp:ws:<workspace>``     sorted set (score 0) of the workspace's session ids: lex paging
 ``rawp:{~dl}:due``          sorted set of every deadline, member msgpack ``[S, participant]``
 ``rawp:cred:<digest>``      msgpack Credential
+``rawp:{S}:mutex``          the session's cross-node mutex (token, PX): who its client is and
+                            the finalization that follows are changed under it
+``rawp:{~nodes}:live``      sorted set node_id → last heartbeat, ms on Redis's clock
+``rawp:{~nodes}:all``       set of node ids that registered (and may have sessions to sweep)
+``rawp:{~nodes}:held:<N>``  set of session ids node N holds connections for
+``rawp:{~nodes}:sweep:<N>`` lease of the node sweeping dead node N (one sweeper at a time)
 ==========================  =================================================================
+
+Entries published with ``seq`` 0 are control messages between nodes (relay/cluster.py), never
+log entries: a log's seqs start at 1.
 
 Global keys live in other slots than the session's, so the few operations that touch both
 (create, delete, fork, deadlines) write the session's keys first, atomically, and the global
@@ -62,7 +71,7 @@ from .base import (
     Store,
 )
 
-__all__ = ["APPEND_LUA", "Published", "RedisStore", "Subscription"]
+__all__ = ["APPEND_LUA", "NODE_CLAIM_LUA", "Published", "RedisStore", "Subscription"]
 
 _log = logging.getLogger(__name__)
 
@@ -232,6 +241,80 @@ if #due > 0 then redis.call('SET', KEYS[2], cmsgpack.pack(due), 'PX', 60000) end
 return due
 """
 
+NODE_HEARTBEAT_LUA: Final = r"""
+-- rawp heartbeat: this node is alive now, on Redis's clock (node clocks never matter).
+-- KEYS[1] rawp:{~nodes}:live  sorted set node_id -> last heartbeat (ms)
+-- KEYS[2] rawp:{~nodes}:all   set of every node id that registered
+-- ARGV[1] node_id
+-- Returns 1 when the node was still registered, 0 when it was not: on a node that registered
+-- before, 0 means a sweeper claimed it (declared it dead) in the meantime.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local had = redis.call('ZSCORE', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('SADD', KEYS[2], ARGV[1])
+if had then return 1 end
+return 0
+"""
+
+NODE_AGES_LUA: Final = r"""
+-- rawp node ages: how long ago each known node heartbeated, on Redis's clock.
+-- KEYS[1] rawp:{~nodes}:live   KEYS[2] rawp:{~nodes}:all
+-- Returns a flat array node_id, age_ms, ...; age -1 for a node that is not in live (claimed
+-- by a sweeper, or never heartbeated).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out, seen = {}, {}
+local live = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+for i = 1, #live, 2 do
+  out[#out + 1] = live[i]
+  out[#out + 1] = now - tonumber(live[i + 1])
+  seen[live[i]] = true
+end
+for _, node in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  if not seen[node] then
+    out[#out + 1] = node
+    out[#out + 1] = -1
+  end
+end
+return out
+"""
+
+NODE_CLAIM_LUA: Final = r"""
+-- rawp claim node: take the job of sweeping a dead node; exactly one caller gets it.
+-- KEYS[1] rawp:{~nodes}:live  KEYS[2] rawp:{~nodes}:sweep:<node>  (lease of its sweeper)
+-- ARGV[1] node_id  ARGV[2] dead_after_ms  ARGV[3] lease_ms  ARGV[4] the caller's token
+-- ARGV[5] "1": claim even if it looks alive (a node sweeping its own previous incarnation)
+-- Returns 1 when the caller now sweeps the node (it is removed from live, so the node, if it
+-- was only cut off, learns at its next heartbeat that it was declared dead), else 0.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local seen = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if ARGV[5] ~= '1' and seen and now - tonumber(seen) < tonumber(ARGV[2]) then return 0 end
+if not redis.call('SET', KEYS[2], ARGV[4], 'NX', 'PX', ARGV[3]) then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+return 1
+"""
+
+NODE_SWEPT_LUA: Final = r"""
+-- rawp node swept: the sweeper finished; forget the node once nothing is left to sweep.
+-- KEYS[1] rawp:{~nodes}:all  KEYS[2] rawp:{~nodes}:held:<node>  KEYS[3] its sweep lease
+-- KEYS[4] rawp:{~nodes}:live
+-- ARGV[1] node_id  ARGV[2] the sweeper's token
+-- Returns 1 when the node was forgotten, 0 when sessions are left (or it came back).
+if redis.call('GET', KEYS[3]) == ARGV[2] then redis.call('DEL', KEYS[3]) end
+if redis.call('SCARD', KEYS[2]) > 0 or redis.call('ZSCORE', KEYS[4], ARGV[1]) then return 0 end
+redis.call('SREM', KEYS[1], ARGV[1])
+return 1
+"""
+
+UNLOCK_LUA: Final = r"""
+-- rawp unlock: release a mutex only if the caller still holds it (its token is there).
+-- KEYS[1] the mutex key   ARGV[1] the caller's token.   Returns 1 when released.
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
 # --- encoding ---------------------------------------------------------------------------------
 
 # APPEND_LUA assembles LogEntry's array by position: fail at import, not at read, if it changes.
@@ -259,6 +342,11 @@ _MAX_BATCH_ENTRIES: Final = 1024  # per script call: bounds how long one call ho
 _MAX_BATCH_BYTES: Final = 4 << 20
 _FORK_CHUNK: Final = 512
 _DEADLINES: Final = "rawp:{~dl}:due"
+# node coordination keys share one slot, so the node scripts may touch several at once
+_NODES_LIVE: Final = "rawp:{~nodes}:live"
+_NODES_ALL: Final = "rawp:{~nodes}:all"
+_NODES_HELD: Final = "rawp:{~nodes}:held:"
+_NODES_SWEEP: Final = "rawp:{~nodes}:sweep:"
 _CLAIM_MEMO: Final = "rawp:{~dl}:claim:"
 
 # ResponseError prefixes that mean "Redis cannot take writes right now", not "bad request".
@@ -330,6 +418,13 @@ class _Keys:
         _check_id(session_id)
         p = f"rawp:{{{session_id}}}:"
         return cls(p + "hdr", p + "log", p + "ids", p + "parts", p + "tomb", p + "dl", p + "pub")
+
+
+def _mutex_key(session_id: str) -> str:
+    """The session's cross-node mutex: in the session's slot, outside DELETE_LUA's keys (the
+    mutex outlives a delete by at most its TTL)."""
+    _check_id(session_id)
+    return f"rawp:{{{session_id}}}:mutex"
 
 
 @dataclass(slots=True)
@@ -410,6 +505,11 @@ class RedisStore(Store):
         self._rename_script = self._client.register_script(RENAME_LUA)
         self._put_script = self._client.register_script(PUT_IF_SESSION_LUA)
         self._claim_script = self._client.register_script(CLAIM_LUA)
+        self._heartbeat_script = self._client.register_script(NODE_HEARTBEAT_LUA)
+        self._ages_script = self._client.register_script(NODE_AGES_LUA)
+        self._node_claim_script = self._client.register_script(NODE_CLAIM_LUA)
+        self._node_swept_script = self._client.register_script(NODE_SWEPT_LUA)
+        self._unlock_script = self._client.register_script(UNLOCK_LUA)
         self._node_packed = _enc.encode(self.node_id)
         self._queues: dict[str, _Queue] = {}
         self._subscriptions: set[Subscription] = set()
@@ -822,7 +922,79 @@ class RedisStore(Store):
             raw = await self._client.get(f"rawp:cred:{digest}")
         return None if raw is None else _credential_dec.decode(raw)
 
+    # --- nodes and session mutexes (multi-node coordination: relay/cluster.py) ------------
+
+    async def node_heartbeat(self, node_id: str) -> bool:
+        """Record that ``node_id`` is alive; False when it had been claimed as dead."""
+        with _mapped():
+            return bool(
+                await self._heartbeat_script(keys=[_NODES_LIVE, _NODES_ALL], args=[node_id])
+            )
+
+    async def node_ages(self) -> dict[str, int]:
+        """Every known node → ms since its last heartbeat (-1: claimed or never seen)."""
+        with _mapped():
+            flat = await self._ages_script(keys=[_NODES_LIVE, _NODES_ALL])
+        return {_text(n): int(a) for n, a in zip(flat[::2], flat[1::2], strict=True)}
+
+    async def claim_node(
+        self, node_id: str, *, dead_after_ms: int, lease_ms: int, token: str, force: bool = False
+    ) -> bool:
+        """Become the one sweeper of ``node_id`` if it is dead (or ``force``); atomic."""
+        keys = [_NODES_LIVE, _NODES_SWEEP + node_id]
+        args: list[str | int] = [node_id, dead_after_ms, lease_ms, token, "1" if force else "0"]
+        with _mapped():
+            return bool(await self._node_claim_script(keys=keys, args=args))
+
+    async def node_swept(self, node_id: str, token: str) -> bool:
+        """The sweep of ``node_id`` ended; forget the node when nothing is left of it."""
+        keys = [_NODES_ALL, _NODES_HELD + node_id, _NODES_SWEEP + node_id, _NODES_LIVE]
+        with _mapped():
+            return bool(await self._node_swept_script(keys=keys, args=[node_id, token]))
+
+    async def retire_node(self, node_id: str) -> None:
+        """Mark ``node_id`` dead now (a clean shutdown): the next sweep takes its sessions."""
+        with _mapped():
+            await self._client.zadd(_NODES_LIVE, {node_id: 0})
+
+    async def hold_session(self, node_id: str, session_id: str) -> None:
+        """Record that ``node_id`` holds connections of ``session_id``."""
+        with _mapped():
+            await self._client.sadd(_NODES_HELD + node_id, session_id)
+
+    async def release_session(self, node_id: str, session_id: str) -> None:
+        """``node_id`` holds no connection of ``session_id`` any more."""
+        with _mapped():
+            await self._client.srem(_NODES_HELD + node_id, session_id)
+
+    async def held_sessions(self, node_id: str) -> list[str]:
+        """The sessions ``node_id`` holds (or held when it died) connections for."""
+        with _mapped():
+            return sorted(_text(s) for s in await self._client.smembers(_NODES_HELD + node_id))
+
+    async def lock_session(self, session_id: str, token: str, ttl_ms: int) -> bool:
+        """Try to take the session's cross-node mutex for ``ttl_ms``; False when held."""
+        key = _mutex_key(session_id)
+        with _mapped():
+            return bool(await self._client.set(key, token, nx=True, px=ttl_ms))
+
+    async def unlock_session(self, session_id: str, token: str) -> None:
+        """Release the session's mutex if ``token`` still holds it."""
+        key = _mutex_key(session_id)
+        with _mapped():
+            await self._unlock_script(keys=[key], args=[token])
+
     # --- pub/sub ----------------------------------------------------------------------------
+
+    async def publish(self, session_id: str, entries: Sequence[LogEntry]) -> None:
+        """Publish ``entries`` on the session's channel as this node (control messages).
+
+        Subscribers get them as one :class:`Published` batch; entries with ``seq`` 0 are never
+        mistaken for log entries (a log's seqs start at 1).
+        """
+        payload = _enc.encode((self.node_id, list(entries)))
+        with _mapped():
+            await self._client.publish(self.channel(session_id), payload)
 
     async def subscribe(self, *session_ids: str) -> Subscription:
         """Receive every batch appended to these sessions from now on (any node's appends).

@@ -53,6 +53,7 @@ class Peer:
         self.session_id = session_id
         self.welcome: dict[str, Any] = {}
         self.received: list[dict[str, Any]] = []
+        self.raw: list[str] = []  # the exact text of every received message, in order
 
     @classmethod
     async def open(
@@ -106,6 +107,7 @@ class Peer:
         message = await asyncio.wait_for(self.ws.recv(), timeout)
         frame: dict[str, Any] = json.loads(message)
         self.received.append(frame)
+        self.raw.append(str(message))
         return frame
 
     async def recv_until(

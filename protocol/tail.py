@@ -1,0 +1,343 @@
+"""``rawp tail``: follow one session in the terminal (notes §5 resume; RAWP §7, §7.1.1, §7.8).
+
+An edge built on :class:`protocol.client.RawpClient`: it attaches (``--from-start`` asks for
+the whole log as the backlog), prints every frame readably — turns, streamed text and
+thinking as they arrive, tool calls paired with their results, interactions, usage with the
+session's totals, compactions, presence, errors — and resumes by itself after a drop (the
+client's reconnect; the backlog is printed like live frames, so nothing is missed or shown
+twice). It exits 0 on ``session.deleted``, after ``--max-frames`` session frames or after
+``--timeout`` seconds; 1 when the master refuses it or cannot be reached.
+
+:class:`TailPrinter` is the renderer, usable on its own (it only needs a ``write``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from . import codec
+from .errors import HandshakeError, RawpError
+from .frames import (
+    AgentState,
+    Compacted,
+    Deleted,
+    Frame,
+    GenericFrame,
+    History,
+    InteractionRequest,
+    InteractionResponse,
+    Presence,
+    Renamed,
+    SessionError,
+    TextDelta,
+    TextDone,
+    ThinkingDelta,
+    ThinkingDone,
+    ToolRequest,
+    ToolResult,
+    TurnEnd,
+    TurnStart,
+    Usage,
+    UserMessage,
+    Welcome,
+)
+from .view import SessionView
+
+if TYPE_CHECKING:
+    from .client import ConnectionStatus
+
+__all__ = ["TailPrinter", "add_tail_parser", "follow"]
+
+_OUTPUT_CHARS: Final = 160
+
+
+def _short(value: Any, limit: int = _OUTPUT_CHARS) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class TailPrinter:
+    """Turns frames into terminal lines; streamed deltas stay on one growing line."""
+
+    def __init__(self, write: Callable[[str], None], view: SessionView | None = None) -> None:
+        self._write = write
+        self._view = view
+        self._streaming: str | None = None  # block id whose line is still open
+        self._tools: dict[str, str] = {}  # call_id -> tool name
+        self._turns: dict[str, int] = {}  # turn_id -> turn index
+        self._texts_seen: set[str] = set()
+        self.session_frames = 0  # frames of the session printed (histories' frames included)
+        self._connected_once = False
+
+    # --- output helpers ------------------------------------------------------------------
+
+    def _line(self, text: str) -> None:
+        if self._streaming is not None:
+            self._write("\n")
+            self._streaming = None
+        self._write(text + "\n")
+
+    def _stream(self, block_id: str, prefix: str, delta: str) -> None:
+        if self._streaming != block_id:
+            if self._streaming is not None:
+                self._write("\n")
+            self._write(prefix)
+            self._streaming = block_id
+        self._write(delta)
+
+    def _end_stream(self, block_id: str) -> None:
+        if self._streaming == block_id:
+            self._write("\n")
+            self._streaming = None
+
+    # --- events --------------------------------------------------------------------------
+
+    def connection(self, status: ConnectionStatus) -> None:
+        """A connection status change (reconnecting, closed, …)."""
+        if status.value == "reconnecting":
+            if self._connected_once:
+                self._line("… connection lost; reconnecting")
+            else:
+                self._line("… the master is not reachable yet; retrying")
+
+    def frame(self, frame: Frame | GenericFrame) -> None:
+        """Print one frame the master delivered (a backlog's frames one by one)."""
+        if isinstance(frame, Welcome):
+            self._welcome(frame)
+            return
+        if isinstance(frame, History):
+            self._history(frame)
+            return
+        self.session_frames += 1
+        synthetic = " [synthetic]" if frame.synthetic else ""
+        if isinstance(frame, GenericFrame):
+            self._line(f"· {frame.type} (unknown type, relayed untouched)")
+        elif isinstance(frame, TurnStart):
+            p = frame.payload
+            self._turns[p.turn_id] = p.turn_index
+            mode = f" · {p.mode}" if p.mode else ""
+            self._line(f"── turn {p.turn_index}{mode} ──")
+        elif isinstance(frame, TurnEnd):
+            p_end = frame.payload
+            index = self._turns.get(p_end.turn_id, "?")
+            calls = p_end.tool_invocation_count
+            tools = f", {calls} tool call(s)" if calls is not None else ""
+            self._line(f"── turn {index} ended: {p_end.stop_reason}{tools}{synthetic} ──")
+        elif isinstance(frame, ThinkingDelta):
+            self._stream(frame.payload.block_id, "  thinking: ", frame.payload.delta)
+        elif isinstance(frame, ThinkingDone):
+            self._end_stream(frame.payload.block_id)
+        elif isinstance(frame, TextDelta):
+            self._texts_seen.add(frame.payload.block_id)
+            self._stream(frame.payload.block_id, "  assistant: ", frame.payload.delta)
+        elif isinstance(frame, TextDone):
+            block = frame.payload.block_id
+            if block not in self._texts_seen and frame.payload.text:
+                self._line(f"  assistant: {frame.payload.text}")
+            self._end_stream(block)
+        elif isinstance(frame, ToolRequest):
+            p_req = frame.payload
+            self._tools[p_req.call_id] = p_req.tool_name
+            self._line(f"  → {p_req.tool_name} {_short(p_req.input)}")
+        elif isinstance(frame, ToolResult):
+            p_res = frame.payload
+            name = self._tools.get(p_res.call_id, p_res.call_id)
+            output = f": {_short(p_res.output)}" if p_res.output is not None else ""
+            self._line(f"  ← {name} {p_res.status}{output}{synthetic}")
+        elif isinstance(frame, InteractionRequest):
+            p_ask = frame.payload
+            options = f" {_short(p_ask.options)}" if p_ask.options else ""
+            self._line(f"  ? {p_ask.kind}: {p_ask.prompt}{options}")
+        elif isinstance(frame, InteractionResponse):
+            self._line(f"  ✓ answered: {_short(frame.payload.response)}")
+        elif isinstance(frame, UserMessage):
+            self._line(f"user: {frame.payload.text}")
+        elif isinstance(frame, Usage):
+            self._usage(frame)
+        elif isinstance(frame, Compacted):
+            p_c = frame.payload
+            self._line(
+                f"  ⟲ context compacted ({p_c.trigger}): {p_c.previous_token_count} → "
+                f"{p_c.current_token_count} tokens · {_short(p_c.summary)}"
+            )
+        elif isinstance(frame, AgentState):
+            if frame.synthetic:
+                self._line(f"  (agent idle{synthetic})")
+        elif isinstance(frame, Presence):
+            p_p = frame.payload
+            self._line(f"· {p_p.role} {p_p.participant_id[:12]} {p_p.state}")
+        elif isinstance(frame, Renamed):
+            p_r = frame.payload
+            self._line(f"· renamed to {p_r.name!r} by {p_r.renamed_by}")
+        elif isinstance(frame, Deleted):
+            p_d = frame.payload
+            self._line(f"× session deleted ({p_d.reason}, by {p_d.deleted_by})")
+        elif isinstance(frame, SessionError):
+            p_e = frame.payload
+            fatal = " (fatal)" if p_e.fatal else ""
+            self._line(f"! {p_e.error_code}{fatal}: {p_e.message}")
+        else:
+            self._line(f"· {frame.type}")
+
+    def _welcome(self, frame: Welcome) -> None:
+        w = frame.payload
+        s = w.session
+        if self._connected_once:
+            self._line(f"… reconnected (resumed: {str(w.resumed).lower()})")
+            return
+        self._connected_once = True
+        name = f" {s.name!r}" if s.name else ""
+        self._line(
+            f"following session {s.session_id}{name} · {s.status} · {s.head_seq} frame(s) "
+            f"in the log · as edge {w.participant_id[:12]}"
+        )
+
+    def _history(self, frame: History) -> None:
+        p = frame.payload
+        s = p.buffer_status
+        backlog = frame.seq is None
+        lost = ""
+        if s.truncated:
+            count = "some" if s.lost_frame_count is None else str(s.lost_frame_count)
+            lost = f"; {count} frame(s) LOST ({s.policy_applied} buffer): data is incomplete"
+        if backlog:
+            if p.frames or lost:
+                self._line(f"· backlog: {len(p.frames)} frame(s){lost}")
+        else:
+            self.session_frames += 1
+            self._line(f"· the agent reconnected with {len(p.frames)} buffered frame(s){lost}")
+        for raw in p.frames:
+            try:
+                inner = codec.decode(raw)
+            except RawpError:
+                self._line("· (a frame in the history could not be decoded)")
+                continue
+            self.frame(inner)
+
+    def _usage(self, frame: Usage) -> None:
+        p = frame.payload
+        tokens = p.token_usage
+        cost = p.cost_usage
+        limit = "" if cost.limit < 0 else f" of {cost.limit:g}"
+        line = (
+            f"  usage: {tokens.input_tokens} in / {tokens.output_tokens} out tokens · "
+            f"{cost.used:.4f}{limit} {cost.unit}"
+        )
+        window = p.context_window
+        if window is not None and window.utilization is not None:
+            line += f" · context {window.utilization:.0%}"
+        if self._view is not None:
+            t = self._view.totals
+            line += f" · session: {t.input_tokens} in / {t.output_tokens} out"
+        self._line(line)
+
+
+# --- the command ---------------------------------------------------------------------------
+
+
+async def follow(
+    session_id: str,
+    *,
+    ws_url: str,
+    token: str,
+    from_start: bool = False,
+    max_frames: int | None = None,
+    timeout: float | None = None,
+    write: Callable[[str], None] | None = None,
+) -> int:
+    """Follow ``session_id`` until it is deleted, ``max_frames`` or ``timeout``; exit status."""
+    from .client import Backoff, RawpClient
+
+    out = write or _stdout
+    view = SessionView(session_id)
+    printer = TailPrinter(out, view)
+    client = RawpClient(
+        ws_url,
+        session_id,
+        role="edge",
+        token=token,
+        from_start=from_start,
+        view=view,
+        backoff=Backoff(initial=0.25, maximum=5.0),
+        on_status=printer.connection,
+    )
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        await client.connect()
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                frame = await client.receive(timeout=remaining)
+            except TimeoutError:
+                out(f"(stopped after {timeout:g} s)\n")
+                return 0
+            if frame is None:
+                return 0
+            printer.frame(frame)
+            if isinstance(frame, Deleted):
+                return 0
+            if max_frames is not None and printer.session_frames >= max_frames:
+                return 0
+    except HandshakeError as exc:
+        sys.stderr.write(f"rawp tail: the master refused: {exc.message} ({exc.close_code})\n")
+        return 1
+    except RawpError as exc:
+        sys.stderr.write(f"rawp tail: {exc.message}\n")
+        return 1
+    finally:
+        await client.close()
+
+
+def _stdout(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def add_tail_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``tail`` to the ``rawp`` command."""
+    tail = subparsers.add_parser(
+        "tail",
+        help="follow a session in the terminal",
+        description="Attach to a session as an edge and print its frames readably: turns, "
+        "streamed text, tool calls with their results, usage. Reconnects by itself after a "
+        "drop and resumes where it was.",
+    )
+    tail.add_argument("session", metavar="SESSION", help="the session id")
+    tail.add_argument(
+        "--ws-url", required=True, help="the master's WebSocket URL (ws://HOST:PORT/v1/ws)"
+    )
+    tail.add_argument("--token", required=True, help="an API key or a session token")
+    tail.add_argument(
+        "--from-start", action="store_true", help="print the whole log first, then follow"
+    )
+    tail.add_argument(
+        "--max-frames", type=int, default=None, metavar="N", help="exit after N session frames"
+    )
+    tail.add_argument(
+        "--timeout", type=float, default=None, metavar="SECONDS", help="exit after SECONDS"
+    )
+    tail.set_defaults(handler=_tail)
+
+
+def _tail(args: argparse.Namespace) -> int:
+    from .client import run
+
+    try:
+        return run(
+            follow(
+                args.session,
+                ws_url=args.ws_url,
+                token=args.token,
+                from_start=args.from_start,
+                max_frames=args.max_frames,
+                timeout=args.timeout,
+            )
+        )
+    except KeyboardInterrupt:
+        return 130

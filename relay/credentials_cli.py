@@ -1,0 +1,127 @@
+"""``rawp keys revoke`` and ``rawp tokens create|revoke``: credentials from the shell.
+
+* API keys live in the store: ``rawp keys revoke KEY_OR_ID --store redis://…`` marks one
+  revoked there (with the embedded memory store, restart the master without that
+  ``--api-key`` instead).
+* Session tokens are issued and revoked by a running master over HTTP, with an API key
+  (``--api-key`` or ``RAWP_API_KEY``): ``rawp tokens create SESSION_ID [--grant client]
+  [--grant delete] [--ttl SECONDS]`` prints the token (shown once) on stdout;
+  ``rawp tokens revoke TOKEN_ID`` revokes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+
+from .auth import GRANTS, digest
+
+__all__ = ["add_key_commands", "add_token_commands"]
+
+_DEFAULT_URL = "http://127.0.0.1:8766"
+
+
+def add_key_commands(keys_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``rawp keys revoke``."""
+    revoke = keys_sub.add_parser("revoke", help="revoke an API key in a shared store")
+    revoke.add_argument("key", metavar="KEY_OR_ID", help="the key, or its id (SHA-256 hex)")
+    revoke.add_argument("--store", required=True, help="redis://… (the store the master uses)")
+    revoke.add_argument("--redis-cluster", action="store_true")
+    revoke.set_defaults(handler=_keys_revoke)
+
+
+def add_token_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``rawp tokens create|revoke``."""
+    tokens = sub.add_parser("tokens", help="issue and revoke session tokens (over HTTP)")
+    tokens_sub = tokens.add_subparsers(dest="tokens_command", required=True, metavar="ACTION")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--url", default=os.environ.get("RAWP_URL", _DEFAULT_URL))
+        p.add_argument("--api-key", default=None, help="default: $RAWP_API_KEY")
+
+    create = tokens_sub.add_parser("create", help="issue a session token (shown once)")
+    create.add_argument("session_id")
+    create.add_argument("--grant", action="append", choices=sorted(GRANTS), default=[])
+    create.add_argument("--ttl", type=float, default=None, metavar="SECONDS")
+    common(create)
+    create.set_defaults(handler=_tokens_create)
+
+    revoke = tokens_sub.add_parser("revoke", help="revoke a session token by its id")
+    revoke.add_argument("token_id")
+    common(revoke)
+    revoke.set_defaults(handler=_tokens_revoke)
+
+
+def _keys_revoke(args: argparse.Namespace) -> int:
+    from .auth import Authenticator
+    from .store import open_store
+
+    key_id = args.key if len(args.key) == 64 and not args.key.startswith("rk_") else None
+    key_id = key_id or digest(args.key)
+
+    async def revoke() -> bool:
+        store = open_store(args.store, cluster=args.redis_cluster)
+        await store.start()
+        try:
+            record = await store.get_credential(key_id)
+            if record is None or record.kind != "key":
+                return False
+            return await Authenticator(store).revoke(key_id)
+        finally:
+            await store.close()
+
+    if not asyncio.run(revoke()):
+        print(f"no API key {key_id} in {args.store}", file=sys.stderr)
+        return 1
+    print(f"revoked API key {key_id}", file=sys.stderr)
+    return 0
+
+
+def _request(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
+    key = args.api_key or os.environ.get("RAWP_API_KEY")
+    if not key:
+        raise SystemExit("an API key is needed: --api-key or RAWP_API_KEY")
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        args.url.rstrip("/") + path,
+        data=data,
+        method=method,
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        try:
+            detail = json.loads(exc.read()).get("detail", exc.reason)
+        except ValueError:
+            detail = exc.reason
+        raise SystemExit(f"{method} {path}: {exc.code} {detail}") from None
+    except urllib.error.URLError as exc:
+        raise SystemExit(f"cannot reach {args.url}: {exc.reason}") from None
+
+
+def _tokens_create(args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"grants": sorted(set(args.grant))}
+    if args.ttl is not None:
+        body["ttl_s"] = args.ttl
+    token = _request(args, "POST", f"/v1/sessions/{args.session_id}/tokens", body)
+    print(token["token"])
+    print(
+        f"(shown once) token_id {token['token_id']} · session {token['session_id']} · "
+        f"grants {token['grants'] or 'none'} · expires {token['expires_at']}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _tokens_revoke(args: argparse.Namespace) -> int:
+    _request(args, "DELETE", f"/v1/tokens/{args.token_id}")
+    print(f"revoked {args.token_id}", file=sys.stderr)
+    return 0

@@ -1,0 +1,44 @@
+"""Every route of the HTTP API beyond health, metrics and DELETE (notes §10), in one place.
+
+``create_app`` calls :func:`add_routes`; the table below is the API's index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+
+from .app import HUB
+from .auth_routes import create_token, revoke_token, whoami
+from .dashboard import add_dashboard_routes
+from .events import append_event, cancel_turn, list_events
+from .export import export_session
+from .middleware import HTTP_METRICS, HttpMetrics, api_middleware
+from .sessions import create_session, fork_session, get_session, list_sessions, rename_session
+from .sse import STREAMS, end_streams, stream_events
+
+__all__ = ["add_routes"]
+
+
+def add_routes(app: web.Application, *, ws_url: Callable[[], str] | None = None) -> None:
+    """Register the session API, SSE, tokens and the dashboard on ``app``."""
+    app[HTTP_METRICS] = HttpMetrics(app[HUB])
+    app[STREAMS] = set()
+    app.middlewares.insert(0, api_middleware)
+    app.on_shutdown.append(end_streams)
+    r = app.router
+    r.add_post("/v1/sessions", create_session)
+    r.add_get("/v1/sessions", list_sessions)
+    r.add_get("/v1/sessions/{session_id}", get_session)
+    r.add_patch("/v1/sessions/{session_id}", rename_session)
+    r.add_get("/v1/sessions/{session_id}/events", list_events)
+    r.add_post("/v1/sessions/{session_id}/events", append_event)
+    r.add_get("/v1/sessions/{session_id}/events/stream", stream_events)
+    r.add_post("/v1/sessions/{session_id}/cancel", cancel_turn)
+    r.add_post("/v1/sessions/{session_id}/tokens", create_token)
+    r.add_post("/v1/sessions/{session_id}/fork", fork_session)
+    r.add_get("/v1/sessions/{session_id}/export", export_session)
+    r.add_delete("/v1/tokens/{token_id}", revoke_token)
+    r.add_get("/v1/whoami", whoami)
+    add_dashboard_routes(app, ws_url)

@@ -1,0 +1,226 @@
+"""``GET /v1/sessions/{id}/events/stream``: a session's log as Server-Sent Events.
+
+Each log entry is one event: ``id:`` its seq, ``event:`` its frame type, ``data:`` the
+stamped envelope (one line of JSON). The stream starts after the seq in ``Last-Event-ID``
+(what a reconnecting ``EventSource`` sends) or ``?after_seq=``; with neither it tails the
+log from its current head. Heartbeats are SSE comments (``: ping``). The stream ends after
+the session's ``session.deleted`` event, when the credential expires or is revoked, and at
+shutdown.
+
+No gap, no duplicate: the stream registers a listener on the session (every committed
+entry, in seq order) *before* it reads the backlog from the store, then writes each seq
+once, in order — an entry is written only when it is exactly ``last + 1``; anything the
+listener skipped (a gap, or its queue overflowed for a slow reader) is read from the store.
+Retention can have trimmed the log under a cursor: the stream then says so with a
+``stream.gap`` event (no id) naming the seqs that are gone.
+
+Browsers' ``EventSource`` cannot send ``Authorization``; it may pass the credential as
+``?access_token=`` instead (only on this route; prefer a session token there).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from typing import Final
+
+from aiohttp import web
+from prometheus_client import Counter
+
+from protocol import codec
+
+from ..auth import Principal
+from ..session import Session
+from ..store.base import LogEntry
+from .access import hub_of, int_query, loaded_session, visible_header
+from .app import authenticate
+from .middleware import HTTP_METRICS, ApiError
+
+__all__ = ["STREAMS", "EventStream", "end_streams", "end_streams_of", "stream_events"]
+
+_PAGE: Final = 500
+_QUEUE_LIMIT: Final = 4096
+_RETRY_MS: Final = 2000
+
+
+class _Tail:
+    """Session listener: queues committed entries, flags an overflow instead of growing."""
+
+    def __init__(self) -> None:
+        self.entries: deque[LogEntry] = deque()
+        self.overflowed = False
+        self.wake = asyncio.Event()
+
+    def __call__(self, entry: LogEntry) -> None:
+        if len(self.entries) >= _QUEUE_LIMIT:
+            self.entries.clear()
+            self.overflowed = True
+        else:
+            self.entries.append(entry)
+        self.wake.set()
+
+
+class EventStream:
+    """One open SSE response."""
+
+    def __init__(
+        self, response: web.StreamResponse, principal: Principal, written: Counter
+    ) -> None:
+        self.response = response
+        self.principal = principal
+        self.written = written
+        self.last = 0
+        self.done = False
+        self.stop = asyncio.Event()
+
+    def end(self) -> None:
+        """Ask the stream to finish (shutdown, revocation)."""
+        self.stop.set()
+
+
+STREAMS: web.AppKey[set[EventStream]] = web.AppKey("sse_streams", set[EventStream])
+
+
+def end_streams_of(app: web.Application, credential_id: str) -> None:
+    """End every stream of this node opened with that credential (it was revoked)."""
+    streams: set[EventStream] = app[STREAMS]
+    for stream in list(streams):
+        if stream.principal.credential_id == credential_id:
+            stream.end()
+
+
+async def end_streams(app: web.Application) -> None:
+    """``on_shutdown``: end every stream so the server can close."""
+    streams: set[EventStream] = app[STREAMS]
+    for stream in list(streams):
+        stream.end()
+
+
+def _event(entry: LogEntry) -> bytes:
+    data = entry.data
+    if b"\n" in data or b"\r" in data:
+        # A sender's pretty-printed JSON: one line per event (same object, compact).
+        data = codec.encode_json(codec.decode_object(data))
+    return b"id: %d\nevent: %s\ndata: %s\n\n" % (entry.seq, entry.type.encode(), data)
+
+
+async def _start_cursor(request: web.Request, session: Session) -> int:
+    last_event_id = request.headers.get("Last-Event-ID", "").strip()
+    if last_event_id:
+        if not last_event_id.isdigit():
+            raise ApiError(
+                400, f"Last-Event-ID must be a seq, got {last_event_id!r}", code="invalid_query"
+            )
+        return int(last_event_id)
+    after = int_query(request, "after_seq", None)
+    return session.head if after is None else after
+
+
+async def stream_events(request: web.Request) -> web.StreamResponse:
+    """``GET /v1/sessions/{session_id}/events/stream``."""
+    hub = hub_of(request)
+    if "Authorization" not in request.headers and "access_token" in request.query:
+        principal = await hub.auth.authenticate(request.query["access_token"])
+    else:
+        principal = await authenticate(request)
+    header = await visible_header(request, principal)
+    session = await loaded_session(request, header)
+    cursor = await _start_cursor(request, session)
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream; charset=utf-8",
+            "Cache-Control": "no-cache, no-transform",
+            "X-Accel-Buffering": "no",
+        }
+    )
+    await response.prepare(request)
+    stream = EventStream(response, principal, request.app[HTTP_METRICS].sse_events)
+    stream.last = cursor
+    streams = request.app[STREAMS]
+    metrics = request.app[HTTP_METRICS]
+    streams.add(stream)
+    metrics.streams.inc()
+    tail = _Tail()
+    session.listeners.add(tail)
+    interval = min(15.0, hub.settings.heartbeat_interval_s)
+    try:
+        await response.write(b"retry: %d\n\n" % _RETRY_MS)
+        await _catch_up(stream, session)
+        while not stream.done and not stream.stop.is_set():
+            tail.wake.clear()
+            if tail.overflowed:
+                tail.overflowed = False
+                tail.entries.clear()
+                await _catch_up(stream, session)
+            while tail.entries and not stream.done:
+                entry = tail.entries.popleft()
+                if entry.seq <= stream.last:
+                    continue
+                if entry.seq > stream.last + 1:
+                    await _catch_up(stream, session, before=entry.seq)
+                if entry.seq == stream.last + 1:
+                    await _write(stream, entry)
+            if stream.done or tail.entries:
+                continue
+            waiter = asyncio.ensure_future(tail.wake.wait())
+            stopper = asyncio.ensure_future(stream.stop.wait())
+            try:
+                await asyncio.wait(
+                    {waiter, stopper}, timeout=interval, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                waiter.cancel()
+                stopper.cancel()
+            if tail.wake.is_set() or stream.stop.is_set():
+                continue
+            await response.write(b": ping\n\n")
+            if stream.principal.expired:
+                break
+            current = hub.sessions.get(session.id)
+            if current is not session:
+                # The session was reloaded (or deleted): follow the new object from the store.
+                session.listeners.discard(tail)
+                reloaded = await hub.open(session.id)
+                if reloaded is None:
+                    break
+                session = reloaded
+                session.listeners.add(tail)
+                await _catch_up(stream, session)
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    finally:
+        session.listeners.discard(tail)
+        streams.discard(stream)
+        metrics.streams.dec()
+    with contextlib.suppress(ConnectionResetError):
+        await response.write_eof()
+    return response
+
+
+async def _catch_up(stream: EventStream, session: Session, before: int | None = None) -> None:
+    """Write every stored entry after ``stream.last`` (and before ``before``)."""
+    store = session.hub.store
+    first = await store.trimmed_before(session.id)
+    if stream.last + 1 < first:
+        gap = {"from_seq": stream.last + 1, "to_seq": first - 1, "reason": "trimmed"}
+        await stream.response.write(b"event: stream.gap\ndata: %s\n\n" % codec.encode_json(gap))
+        stream.last = first - 1
+    while not stream.done:
+        page = await store.read(session.id, after_seq=stream.last, before_seq=before, limit=_PAGE)
+        for entry in page:
+            if entry.seq != stream.last + 1:
+                continue
+            await _write(stream, entry)
+            if stream.done:
+                return
+        if len(page) < _PAGE:
+            return
+
+
+async def _write(stream: EventStream, entry: LogEntry) -> None:
+    await stream.response.write(_event(entry))
+    stream.last = entry.seq
+    stream.written.inc()
+    if entry.type == "session.deleted" and entry.sender_role == "master":
+        stream.done = True

@@ -1,0 +1,133 @@
+"""Crash recovery: finalize what a dead node left behind, exactly once (§7.8.2, seed 004).
+
+A node that dies (``kill -9``, a lost host, or a clean shutdown that leaves its sessions to
+the others) leaves participant records that say "attached on node N" with no connection
+behind them, and possibly a client turn that will never end. Whichever node claims the dead
+node first (relay/cluster.py), a node attaching to one of its sessions before that, or the
+node itself when it starts again, runs :func:`recover_session` for each session N held:
+
+1. N's participants are marked detached, their reattach-window deadlines armed (in the store,
+   so any node expires them) and ``session.presence detached`` is logged and broadcast;
+2. when the session's client was on N, the §7.8.1 synthetic frames are appended
+   (:func:`protocol.finalize.finalize`): every node's edges see them, and a later replay of
+   the log shows them. The client's ``welcome.received`` is recomputed from the log, since N
+   could not persist it.
+
+Exactly once: recovery runs under the session's cross-node mutex after catching up with the
+log, like every other finalization (the client's detach on its own node, an attach that finds
+the dead node first). A state that was already finalized yields no frames, so a second
+recovery — a retried sweep, a sweep racing a start-up — appends nothing. When the client comes
+back (through any node) with its ``session.history``, the existing §7.8.3 path unfinalizes.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Final
+
+from protocol import codec
+from protocol.errors import ProtocolError, StoreUnavailableError
+from protocol.finalize import finalize
+from protocol.frames import History
+
+from .store.base import ParticipantRecord, Store
+
+if TYPE_CHECKING:
+    from prometheus_client import Counter
+
+    from .hub import Hub
+    from .session import Session
+
+__all__ = ["last_received", "recover_locked", "recover_session"]
+
+_SCAN_PAGE: Final = 256
+_SCAN_LIMIT: Final = 4096  # how far back to look for a participant's last frame
+
+
+async def recover_session(
+    hub: Hub, session_id: str, node_id: str, finalized: Counter | None = None
+) -> bool:
+    """Recover ``session_id`` from ``node_id``'s loss; True when synthetic frames were logged.
+
+    With ``node_id`` this node's own id, participants attached here right now are kept: only
+    records without a connection behind them are recovered (reconciliation after an outage).
+    """
+    session = await hub.open(session_id)
+    if session is None:
+        return False  # deleted meanwhile: nothing to recover
+    async with session.lock, hub.cluster.guard(session):
+        return await recover_locked(hub, session, node_id, finalized)
+
+
+async def recover_locked(
+    hub: Hub, session: Session, node_id: str, finalized: Counter | None = None
+) -> bool:
+    """:func:`recover_session` for a caller holding the session lock and mutex, caught up."""
+    if session.terminated:
+        return False
+    store = hub.store
+    own = node_id == hub.settings.node_id
+    keep = set(session.participants) if own else set()
+    records = await store.list_participants(session.id)
+    now_ms = int(time.time() * 1000)
+    lost_client = False
+    for record in records:
+        if not record.attached or record.node_id != node_id or record.participant_id in keep:
+            continue
+        record.attached = False
+        record.detached_at_ms = now_ms
+        if record.role == "client":
+            lost_client = True
+            record.last_received_message_id = await last_received(store, session.id, record)
+        await store.put_participant(session.id, record)
+        await store.set_deadline(hub.deadline_for(session.id, record.participant_id))
+        presence = session._presence(record, "detached")
+        if not await session.append_master([presence], exclude=record.participant_id):
+            raise StoreUnavailableError("recovery could not log the presence")
+    # A client that detached when ``node_id`` shut down cleanly (1001) was not finalized
+    # then; its session is finalized now (§7.8.2 "app restart"). Already final: no frames.
+    client = next((r for r in records if r.role == "client"), None)
+    shut_down = (
+        client is not None
+        and not client.attached
+        and client.node_id == node_id
+        and client.participant_id not in keep
+    )
+    if not (lost_client or shut_down):
+        return False
+    synthetic = finalize(session.state, session_id=session.id, sender=hub.master_sender)
+    if not synthetic:
+        return False
+    if not await session.append_master(synthetic):
+        raise StoreUnavailableError("recovery could not log the finalization")
+    if finalized is not None:
+        finalized.inc()
+    return True
+
+
+async def last_received(store: Store, session_id: str, record: ParticipantRecord) -> str | None:
+    """The last frame the log holds from this participant (``welcome.received``).
+
+    The node that held the connection kept it in memory only; it is recomputed from the log,
+    newest first, looking back at most a few thousand entries.
+    """
+    before: int | None = None
+    scanned = 0
+    while scanned < _SCAN_LIMIT:
+        page = await store.read(session_id, before_seq=before, limit=_SCAN_PAGE, newest_first=True)
+        if not page:
+            break
+        for entry in page:
+            if entry.sender_id != record.participant_id:
+                continue
+            if entry.type == "session.history":
+                try:
+                    frame = codec.decode(entry.data)
+                    if isinstance(frame, History) and frame.payload.frames:
+                        return codec.decode(bytes(frame.payload.frames[-1])).message_id
+                except ProtocolError:
+                    pass
+            return entry.message_id
+        before = page[-1].seq
+        scanned += len(page)
+    return record.last_received_message_id

@@ -1,0 +1,1 @@
+"""Browser tests of the dashboard (headless Chromium via Playwright)."""

@@ -1,0 +1,68 @@
+"""rawp tail's printer: streamed text on one line, tool results under their tool's name."""
+
+from __future__ import annotations
+
+import msgspec
+
+from protocol import frames as F
+from protocol.tail import TailPrinter
+from protocol.view import SessionView
+
+from . import strategies as S
+
+CLIENT = F.Sender(role="client", participant_id="p-client")
+
+
+def printed(frames: list[F.Frame]) -> str:
+    """What the printer writes for ``frames`` (each stamped as the client's, with a seq)."""
+    out: list[str] = []
+    view = SessionView(S.SESSION_ID)
+    printer = TailPrinter(out.append, view)
+    for seq, frame in enumerate(frames, start=1):
+        stamped = msgspec.structs.replace(frame, seq=seq, sender=CLIENT)
+        view.receive(stamped)
+        printer.frame(stamped)
+    return "".join(out)
+
+
+def test_a_turn_reads_like_a_transcript() -> None:
+    """Deltas grow one line, results name their tool, usage shows the session's totals."""
+    turn = S.uuid4(1)
+    text = printed(
+        [
+            S.turn_start(turn, 0),
+            S.thinking_delta("k1", "Let me "),
+            S.thinking_delta("k1", "think."),
+            S.thinking_done("k1"),
+            S.tool_request("c1", "grep"),
+            S.text_delta("t1", "Hel"),
+            S.tool_result("c1", "ok", "3 matches"),
+            S.text_delta("t1", "lo"),
+            S.text_done("t1"),
+            S.turn_end(turn),
+            S.usage(100, 20),
+        ]
+    )
+    assert text.splitlines() == [
+        "── turn 0 ──",
+        "  thinking: Let me think.",
+        '  → grep {"cmd": "ls"}',
+        "  assistant: Hel",
+        "  ← grep ok: 3 matches",
+        "  assistant: lo",
+        "── turn 0 ended: end_turn ──",
+        "  usage: 100 in / 20 out tokens · 0.2500 USD · session: 100 in / 20 out",
+    ]
+
+
+def test_histories_print_their_frames_and_say_what_was_lost() -> None:
+    """A client's history and a truncated backlog are announced, then shown frame by frame."""
+    out: list[str] = []
+    printer = TailPrinter(out.append)
+    inner = [S.user_message("hello"), S.tool_request("c9", "read_file")]
+    history = msgspec.structs.replace(S.history(inner, truncated=True), seq=5, sender=CLIENT)
+    printer.frame(history)
+    lines = "".join(out).splitlines()
+    assert lines[0].startswith("· the agent reconnected with 2 buffered frame(s); 3 frame(s) LOST")
+    assert lines[1:] == ["user: hello", '  → read_file {"cmd": "ls"}']
+    assert printer.session_frames == 3

@@ -1,0 +1,219 @@
+"""``GET /v1/sessions/{id}/events/stream`` read by a raw HTTP client (no SSE library)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+from relay.server import Master
+from tests.e2e.conftest import API_KEY
+from tests.relay.http.conftest import Api, wait_head
+from tests.support.wire import Peer, new_turn_id
+
+
+class RawStream:
+    """An SSE stream over a plain socket: request line, headers, then events as they come."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.comments: list[str] = []
+        self._buffer = ""
+
+    @classmethod
+    async def open(cls, master: Master, path: str, headers: dict[str, str]) -> RawStream:
+        """Send the GET and read the status line and headers."""
+        url = urlsplit(master.http_url)
+        reader, writer = await asyncio.open_connection(url.hostname, url.port)
+        lines = [f"GET {path} HTTP/1.1", f"Host: {url.netloc}", "Accept: text/event-stream"]
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
+        await writer.drain()
+        stream = cls(reader, writer)
+        status_line = (await reader.readline()).decode()
+        stream.status = int(status_line.split()[1])
+        while (line := (await reader.readline()).decode().strip()) != "":
+            name, _, value = line.partition(":")
+            stream.headers[name.strip().lower()] = value.strip()
+        return stream
+
+    async def _chunks(self) -> str:
+        """One chunk of the chunked body ("" at its end)."""
+        size_line = await self.reader.readline()
+        size = int(size_line.strip() or b"0", 16)
+        if size == 0:
+            return ""
+        data = await self.reader.readexactly(size)
+        await self.reader.readexactly(2)
+        return data.decode()
+
+    async def next_event(self, timeout: float = 5.0) -> dict[str, Any] | None:
+        """The next event as {id, event, data}; None when the stream ended."""
+        async with asyncio.timeout(timeout):
+            while True:
+                while "\n\n" not in self._buffer:
+                    chunk = await self._chunks()
+                    if chunk == "":
+                        return None
+                    self._buffer += chunk
+                block, self._buffer = self._buffer.split("\n\n", 1)
+                event: dict[str, Any] = {}
+                for line in block.split("\n"):
+                    if line.startswith(":"):
+                        self.comments.append(line[1:].strip())
+                        continue
+                    field, _, value = line.partition(": ")
+                    event[field] = value
+                if "data" in event:
+                    return event
+
+    async def close(self) -> None:
+        """Hang up."""
+        self.writer.close()
+        await self.writer.wait_closed()
+
+
+def auth(**extra: str) -> dict[str, str]:
+    """Headers with the test API key."""
+    return {"Authorization": f"Bearer {API_KEY}", **extra}
+
+
+async def streamed_session(api: Api, master: Master, session_id: str, deltas: int) -> Peer:
+    """A session whose client opened a turn and sent ``deltas`` text deltas."""
+    client = await Peer.open(master.ws_url, session_id, token=API_KEY, create=True)
+    await client.send("session.turn.start", {"turn_id": new_turn_id(), "turn_index": 0})
+    for i in range(deltas):
+        await client.send("agent.text.delta", {"block_id": "b", "delta": f"{i} "})
+    await wait_head(api, session_id, 2 + deltas)
+    return client
+
+
+async def test_last_event_id_resumes_exactly_after_that_seq(api: Api, master: Master) -> None:
+    """With Last-Event-ID: 5 the stream starts at seq 6, every event once, in order."""
+    client = await streamed_session(api, master, "s-sse", 8)
+    stream = await RawStream.open(
+        master, "/v1/sessions/s-sse/events/stream", auth(**{"Last-Event-ID": "5"})
+    )
+    assert stream.status == 200
+    assert stream.headers["content-type"].startswith("text/event-stream")
+    events = [await stream.next_event() for _ in range(5)]
+    assert [int(e["id"]) for e in events if e] == [6, 7, 8, 9, 10]
+    first = events[0]
+    assert first is not None
+    assert first["event"] == "agent.text.delta"
+    envelope = json.loads(first["data"])
+    assert envelope["seq"] == 6
+    assert envelope["session_id"] == "s-sse"
+    assert envelope["sender"]["role"] == "client"
+    for i in range(3):
+        await client.send("agent.text.delta", {"block_id": "b", "delta": f"live {i}"})
+    live = [await stream.next_event() for _ in range(3)]
+    assert [int(e["id"]) for e in live if e] == [11, 12, 13]
+    await stream.close()
+    await client.close()
+
+
+async def test_after_seq_query_and_default_tail(api: Api, master: Master) -> None:
+    """?after_seq=0 replays from seq 1; with no cursor the stream tails from the head."""
+    client = await streamed_session(api, master, "s-tail", 2)
+    replay = await RawStream.open(master, "/v1/sessions/s-tail/events/stream?after_seq=0", auth())
+    got = [await replay.next_event() for _ in range(4)]
+    assert [int(e["id"]) for e in got if e] == [1, 2, 3, 4]
+    tail = await RawStream.open(master, "/v1/sessions/s-tail/events/stream", auth())
+    await client.send("agent.text.delta", {"block_id": "b", "delta": "new"})
+    fresh = await tail.next_event()
+    assert fresh is not None
+    assert int(fresh["id"]) == 5
+    for stream in (replay, tail):
+        await stream.close()
+    await client.close()
+
+
+async def test_backlog_joins_live_without_gap_or_duplicate(api: Api, master: Master) -> None:
+    """Frames committed while the stream reads its backlog appear once, in seq order."""
+    client = await streamed_session(api, master, "s-race", 50)
+
+    async def keep_sending() -> None:
+        for i in range(100):
+            await client.send("agent.text.delta", {"block_id": "b", "delta": f"r{i}"})
+
+    sender = asyncio.create_task(keep_sending())
+    stream = await RawStream.open(
+        master, "/v1/sessions/s-race/events/stream", auth(**{"Last-Event-ID": "0"})
+    )
+    ids = []
+    while len(ids) < 152:
+        event = await stream.next_event()
+        assert event is not None
+        ids.append(int(event["id"]))
+    await sender
+    assert ids == list(range(1, 153))
+    await stream.close()
+    await client.close()
+
+
+async def test_stream_ends_after_session_deleted(api: Api, master: Master) -> None:
+    """A deletion is the last event of the stream."""
+    await api.create("s-end")
+    stream = await RawStream.open(master, "/v1/sessions/s-end/events/stream", auth())
+    assert (await api.delete("/v1/session/s-end")).status == 200
+    event = await stream.next_event()
+    assert event is not None
+    assert event["event"] == "session.deleted"
+    assert await stream.next_event() is None
+    await stream.close()
+
+
+async def test_heartbeats_are_comments(make_master: Any) -> None:
+    """An idle stream carries ": ping" comments (and a retry hint first)."""
+    master = await make_master(heartbeat_interval_s=0.05)
+    async with asyncio.timeout(5):
+        import aiohttp
+
+        async with aiohttp.ClientSession() as http:
+            api = Api(http, master.http_url)
+            await api.create("s-beat")
+            stream = await RawStream.open(master, "/v1/sessions/s-beat/events/stream", auth())
+            while "ping" not in stream.comments:
+                chunk = await stream._chunks()
+                for line in chunk.split("\n"):
+                    if line.startswith(":"):
+                        stream.comments.append(line[1:].strip())
+                    if line.startswith("retry:"):
+                        assert line == "retry: 2000"
+            await stream.close()
+
+
+async def test_stream_credentials(api: Api, master: Master) -> None:
+    """No credential: 401 before streaming; ?access_token= works; revocation ends it."""
+    created = await api.create("s-cred")
+    token = created.body["token"]
+    refused = await RawStream.open(master, "/v1/sessions/s-cred/events/stream", {})
+    assert refused.status == 401
+    await refused.close()
+    stream = await RawStream.open(
+        master, f"/v1/sessions/s-cred/events/stream?after_seq=0&access_token={token['token']}", {}
+    )
+    assert stream.status == 200
+    assert (await api.delete(f"/v1/tokens/{token['token_id']}")).status == 200
+    assert await stream.next_event() is None
+    await stream.close()
+    bad = await RawStream.open(
+        master, "/v1/sessions/s-cred/events/stream", auth(**{"Last-Event-ID": "abc"})
+    )
+    assert bad.status == 400
+    await bad.close()
+
+
+async def test_stream_ends_at_shutdown(api: Api, master: Master) -> None:
+    """Stopping the master ends open streams instead of waiting on them."""
+    await api.create("s-stop")
+    stream = await RawStream.open(master, "/v1/sessions/s-stop/events/stream", auth())
+    assert stream.status == 200
+    await master.stop()
+    assert await stream.next_event() is None
+    await stream.close()
