@@ -23,6 +23,7 @@ from protocol.errors import (
     StoreUnavailableError,
 )
 from protocol.frames import Hello, Sender
+from protocol.state import Phase
 
 from .auth import Authenticator, Principal
 from .cluster import node_for
@@ -85,7 +86,7 @@ class Hub:
         self.shutting_down = False
         self._session_lock = session_lock
         self._sessions: dict[str, Session] = {}
-        self._loading: dict[str, asyncio.Future[Session]] = {}
+        self._loading: dict[str, asyncio.Future[Session | None]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._deadline_task: asyncio.Task[None] | None = None
         self.cluster = node_for(self)  # [multinode] no-op with the memory store
@@ -151,16 +152,22 @@ class Hub:
         pending = self._loading.get(session_id)
         if pending is not None:
             return await asyncio.shield(pending)
-        future: asyncio.Future[Session] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Session | None] = asyncio.get_running_loop().create_future()
         self._loading[session_id] = future
         try:
             header = await self.store.get_session(session_id)
             if header is None:
-                future.cancel()
+                future.set_result(None)
                 return None
             entries = await self.store.read(session_id)
             head = await self.store.head_seq(session_id)
             state = rebuild_state(entries, header.name)
+            if state.phase is Phase.TERMINATED:
+                # A deletion that logged its session.deleted but could not remove the session
+                # (store outage): finish it instead of attaching to a deleted session.
+                await self.store.delete_session(session_id)
+                future.set_result(None)
+                return None
             session = Session(self, header, state, head)
             for record in await self.store.list_participants(session_id):
                 if record.role == "client":
@@ -215,8 +222,8 @@ class Hub:
                     parent_session_id=create.parent_session_id,
                 )
                 header, _ = await self.create(fresh, principal)
-            if header.workspace != principal.workspace:
-                raise Forbidden("this credential's workspace does not hold that session")
+            if not principal.can_see(header):
+                raise Forbidden("this credential is not valid for that session")
             session = await self.open(session_id)
             if session is None:
                 continue

@@ -501,6 +501,22 @@ class Session:
                 **self._envelope(),
             )
             await self.append_master([notice], edges_only=True)
+        await self._act_on_history(participant, plan.accepted)
+
+    async def _act_on_history(
+        self, participant: Participant, accepted: Sequence[Frame | GenericFrame]
+    ) -> None:
+        """Frames inside a client's history that do more than fold: renames and endings."""
+        for inner in accepted:
+            if isinstance(inner, Renamed):
+                self.header.name = inner.payload.name
+                await self.hub.store.rename_session(self.id, inner.payload.name)
+            elif isinstance(inner, Deleted) and participant.principal.may_delete():
+                await self._terminate("user_request", participant.role)
+                return
+            elif isinstance(inner, SessionError) and inner.payload.fatal:
+                await self._terminate("error", participant.role)
+                return
 
     # --- attach / detach -----------------------------------------------------------------
 
@@ -751,6 +767,7 @@ class Session:
                     q.outbox.put(data)
         self.terminated = True
         self._space.set()
+        self._wake.set()  # lets the worker see ``terminated`` and end
         try:
             attached = list(self.participants.values())
             await asyncio.gather(
