@@ -69,7 +69,7 @@ if TYPE_CHECKING:
     from .session import Participant, Session
     from .store.redis import Published, RedisStore, Subscription
 
-__all__ = ["ClusterNode", "Node", "node_for"]
+__all__ = ["ClusterNode", "Node", "cancel_and_wait", "node_for"]
 
 log = structlog.get_logger("rawp.cluster")
 
@@ -84,6 +84,30 @@ _FENCED: Final = "rawp.fenced"  # control entry: the answer
 _SUPERSEDED: Final = 4409
 _GOING_AWAY: Final = 1001
 _NORMAL: Final = 1000
+
+
+def _check_cancelled() -> None:
+    """Raise the cancellation a library swallowed.
+
+    On Python 3.11 ``asyncio.wait_for`` (which redis-py awaits inside its commands) returns
+    the result instead of raising when the cancel lands just as the inner call completes
+    (gh-86296), so a loop that calls Redis must look for a pending cancel itself.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
+async def cancel_and_wait(tasks: Sequence[asyncio.Task[Any]]) -> None:
+    """Cancel ``tasks`` and wait for them, cancelling again any that swallowed it."""
+    pending = {t for t in tasks if not t.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _done, pending = await asyncio.wait(pending, timeout=0.1)
+    for task in tasks:
+        if not task.cancelled():
+            task.exception()  # retrieved: a task's own failure was logged where it happened
 
 
 def node_for(hub: Hub) -> Node:
@@ -213,8 +237,10 @@ class ClusterNode(Node):
 
     def __init__(self, hub: Hub, store: RedisStore) -> None:
         super().__init__(hub)
+        if not hub.settings.node_id:
+            # records, heartbeats and master-made frames must all name this node the same
+            raise ValueError("a master on the redis store needs a node id (Master sets one)")
         self.store = store
-        self.id = hub.settings.node_id or store.node_id
         self.heartbeat_s = hub.settings.node_heartbeat_s
         self.dead_after_ms = int(hub.settings.node_dead_after_s * 1000)
         self.metrics = _Metrics(hub.metrics.registry)
@@ -245,9 +271,7 @@ class ClusterNode(Node):
     async def stop(self) -> None:
         """Stop the loops; mark this node dead now so another node finalizes what it held."""
         tasks = [*self._tasks, *(f.task for f in self._follows.values() if f.task is not None)]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(tasks)
         self._tasks.clear()
         with contextlib.suppress(StoreError):
             await self.store.retire_node(self.id)
@@ -309,6 +333,7 @@ class ClusterNode(Node):
         """Route every published batch to its session's follower (or control handler)."""
         assert self._sub is not None
         while True:
+            _check_cancelled()
             try:
                 async for published in self._sub:
                     self._route(published)
@@ -337,6 +362,7 @@ class ClusterNode(Node):
     async def _follow(self, follow: _Follow) -> None:
         session = follow.session
         while True:
+            _check_cancelled()
             await follow.wake.wait()
             follow.wake.clear()
             batches, follow.batches = follow.batches, []
@@ -458,6 +484,7 @@ class ClusterNode(Node):
         delay = 0.002
         try:
             while not await self.store.lock_session(session.id, token, _MUTEX_TTL_MS):
+                _check_cancelled()
                 if loop.time() > deadline:
                     raise StoreUnavailableError(f"session {session.id}'s mutex stays taken")
                 await asyncio.sleep(delay)
@@ -654,6 +681,7 @@ class ClusterNode(Node):
     async def _heartbeats(self) -> None:
         failing = False
         while True:
+            _check_cancelled()
             await asyncio.sleep(self.heartbeat_s)
             try:
                 registered = await self.store.node_heartbeat(self.id)
@@ -689,6 +717,7 @@ class ClusterNode(Node):
 
     async def _sweeps(self) -> None:
         while True:
+            _check_cancelled()
             try:
                 await self._sweep_once()
             except StoreError:
@@ -736,6 +765,7 @@ class ClusterNode(Node):
             self.metrics.dead_nodes.inc()
             log.warning("node_dead", node_id=node_id, sessions=len(held))
         for session_id in held:
+            _check_cancelled()
             try:
                 await recover_session(self.hub, session_id, node_id, self.metrics.recovered)
             except StoreError:

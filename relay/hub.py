@@ -26,7 +26,7 @@ from protocol.frames import Hello, Sender
 from protocol.state import Phase
 
 from .auth import Authenticator, Principal
-from .cluster import node_for
+from .cluster import cancel_and_wait, node_for
 from .config import Settings
 from .fanout import Sink
 from .metrics import Metrics
@@ -137,9 +137,7 @@ class Hub:
         """Stop background work (sessions are closed by the server first)."""
         self.shutting_down = True
         tasks = [t for t in (self._deadline_task, *self._tasks) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(tasks)  # [multinode] redis-py can swallow one cancel (3.11)
         await self.cluster.stop()
 
     # --- sessions ------------------------------------------------------------------------

@@ -66,7 +66,7 @@ async def recover_locked(
     if session.terminated:
         return False
     store = hub.store
-    own = node_id == hub.settings.node_id
+    own = node_id == hub.cluster.id
     keep = set(session.participants) if own else set()
     records = await store.list_participants(session.id)
     now_ms = int(time.time() * 1000)

@@ -235,10 +235,12 @@ class Session:
             await self._wake.wait()
             self._wake.clear()
             while self._inbox and not self.terminated:
-                batch = [self._inbox.popleft() for _ in range(min(_BATCH, len(self._inbox)))]
-                self._space.set()
                 try:
                     async with self.lock:
+                        # popped under the lock: a detach holding it takes its own frames first
+                        n = min(_BATCH, len(self._inbox))
+                        batch = [self._inbox.popleft() for _ in range(n)]
+                        self._space.set()
                         await self._commit(batch)
                 except Exception:
                     log.exception("commit_failed", session_id=self.id)
@@ -676,6 +678,20 @@ class Session:
                 return
             if self.participants.get(participant.id) is not participant:
                 return
+            own = [item for item in self._inbox if item[0] is participant]
+            if own:
+                # Frames it sent before its socket closed come before its detach and the
+                # finalization (a slow store may still hold them queued); the others' wait.
+                others = [item for item in self._inbox if item[0] is not participant]
+                self._inbox.clear()
+                self._inbox.extend(others)
+                self._space.set()
+                try:
+                    await self._commit(own)
+                except Exception:
+                    log.exception("commit_failed", session_id=self.id)
+                if self.terminated:
+                    return
             del self.participants[participant.id]
             record = participant.record
             record.attached = False

@@ -115,6 +115,7 @@ class WebSocketEndpoint:
         except ConnectionClosed:
             return
         session, participant = attached
+        _forget_upgrade_headers(connection)
         structlog.contextvars.bind_contextvars(
             session_id=session.id, role=participant.role, participant_id=participant.id
         )
@@ -188,6 +189,19 @@ class WebSocketEndpoint:
                 continue
             metrics.frames_in.inc()
             await session.submit(participant, frame, raw)
+
+
+def _forget_upgrade_headers(connection: ServerConnection) -> None:
+    """Drop the upgrade request's and response's headers once attached.
+
+    websockets keeps both for the connection's life (``connection.request`` itself must stay:
+    it marks the handshake as done); their headers are ~2 KiB per connection that nothing
+    reads after the handshake — measured with ``make bench ARGS=memory`` (RSS per idle edge).
+    """
+    if connection.request is not None:
+        connection.request.headers = Headers()
+    if connection.response is not None:
+        connection.response.headers = Headers()
 
 
 def _offered_subprotocols(headers: Headers) -> list[str]:

@@ -1133,9 +1133,11 @@ class Subscription:
         self._closed = True
         self._store._subscriptions.discard(self)
         if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+            # cancelled again until it ends: on Python 3.11 a cancel that lands inside
+            # redis-py's asyncio.wait_for can be swallowed (gh-86296)
+            while not self._reader.done():
+                self._reader.cancel()
+                await asyncio.wait({self._reader}, timeout=0.1)
         with contextlib.suppress(rexc.RedisError, OSError):
             await self._pubsub.aclose()
         self._queue.put_nowait(None)

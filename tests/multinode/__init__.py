@@ -1,0 +1,1 @@
+"""Several ``rawp serve`` processes on one Redis: crash recovery, takeovers, Redis faults."""

@@ -1,0 +1,195 @@
+"""The cross-node paths of several in-process masters sharing one Redis (docs/operations.md).
+
+One client per session across nodes (4409, takeover fencing), termination reaching every
+node, a clean shutdown leaving its finalization to another node, and reattach windows that
+expire on a node that never held the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from relay.server import Master
+from tests.e2e.conftest import API_KEY
+from tests.e2e.conftest import test_settings as settings_for
+from tests.e2e.util import http
+from tests.support.redis_server import RedisServer
+from tests.support.wire import Peer, new_turn_id
+
+__all__: list[str] = []
+
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(30)]
+
+
+@pytest.fixture
+async def nodes(redis_server: RedisServer) -> AsyncIterator[Callable[..., Any]]:
+    """Start in-process masters (node ids N1, N2, …) on our own Redis; all stopped after."""
+    with contextlib.closing(redis_server.client()) as c:
+        c.flushall()
+    started: list[Master] = []
+
+    async def start(count: int, **changes: Any) -> list[Master]:
+        for _ in range(count):
+            options: dict[str, Any] = {
+                "store": redis_server.url,
+                "node_id": f"N{len(started) + 1}",
+                "node_heartbeat_s": 0.1,
+                "node_dead_after_s": 0.6,
+                "reattach_window_s": 30.0,
+                **changes,
+            }
+            master = Master(settings_for(**options))
+            await master.start()
+            started.append(master)
+        return started[-count:]
+
+    yield start
+    for master in started:
+        await master.stop()
+
+
+async def hello_close_code(url: str, session_id: str, *, role: str) -> int | None:
+    """The close code a hello (no participant id) gets from the master at ``url``."""
+    peer = await Peer.open(url, session_id, role=role, token=API_KEY, expect_welcome=False)
+    return await peer.closed_with()
+
+
+def sid() -> str:
+    """A fresh session id."""
+    return f"s-{uuid.uuid4().hex[:10]}"
+
+
+async def mid_turn(client: Peer) -> str:
+    """The client opens a turn with a text block and a tool call; returns the turn id."""
+    turn = new_turn_id()
+    await client.send("session.turn.start", {"turn_id": turn, "turn_index": 0})
+    await client.send("agent.text.delta", {"block_id": "b1", "delta": "x"})
+    await client.send("agent.state", {"state": "tool_calling"})
+    await client.send("tool.invoke.request", {"call_id": "c1", "tool_name": "ls", "input": {}})
+    return turn
+
+
+async def test_second_client_on_another_node_is_refused_4409(nodes: Any) -> None:
+    """A client hello on B while the session's client is attached on a live A: 4409."""
+    a, b = await nodes(2)
+    s = sid()
+    client = await Peer.open(a.ws_url, s, role="client", token=API_KEY, create=True)
+    assert await hello_close_code(b.ws_url, s, role="client") == 4409
+    await client.send("agent.state", {"state": "thinking"})  # A still serves it
+    assert await client.no_frame(0.2)
+
+
+async def test_takeover_on_another_node_fences_the_old_connection(nodes: Any) -> None:
+    """Same participant id on B: A closes the old connection 4409; the new one is live."""
+    a, b, c = await nodes(3)
+    s = sid()
+    client = await Peer.open(a.ws_url, s, role="client", token=API_KEY, create=True)
+    edge = await Peer.open(c.ws_url, s, role="edge", token=API_KEY)
+    again = await Peer.open(
+        b.ws_url, s, role="client", token=API_KEY, participant_id=client.participant_id
+    )
+    assert again.welcome["payload"]["generation"] == 2
+    assert await client.closed_with() == 4409
+    assert client.participant_id not in a.hub.sessions[s].participants
+    sent = await again.send("agent.state", {"state": "thinking"})
+    got = await edge.recv_until(lambda f: f.get("message_id") == sent["message_id"])
+    assert [f["type"] for f in got if f["type"] == "session.error"] == []
+    record = await b.store.get_participant(s, client.participant_id)
+    assert record is not None
+    assert (record.node_id, record.attached, record.generation) == ("N2", True, 2)
+
+
+async def test_delete_on_one_node_ends_the_session_on_every_node(nodes: Any) -> None:
+    """DELETE through C: A's client and B's edge get the §9 order and close 1000."""
+    a, b, c = await nodes(3)
+    s = sid()
+    client = await Peer.open(a.ws_url, s, role="client", token=API_KEY, create=True)
+    edge = await Peer.open(b.ws_url, s, role="edge", token=API_KEY)
+    turn = await mid_turn(client)
+    await edge.recv_until(lambda f: f["type"] == "tool.invoke.request")
+    status, _ = await http(c, "DELETE", f"/v1/session/{s}")
+    assert status == 200
+    for peer in (client, edge):
+        assert await peer.closed_with() == 1000
+        tail = [f for f in peer.received if f["type"] != "session.presence"][-3:]
+        assert [f["type"] for f in tail] == [
+            "tool.invoke.result",
+            "session.turn.end",
+            "session.deleted",
+        ]
+        assert tail[0]["payload"]["status"] == "cancelled"
+        assert tail[1]["payload"] == {"turn_id": turn, "stop_reason": "error"}
+        assert tail[2]["payload"]["reason"] == "master_request"
+    assert s not in a.hub.sessions
+    assert s not in b.hub.sessions
+    assert await hello_close_code(a.ws_url, s, role="edge") == 4410
+
+
+async def test_clean_shutdown_leaves_finalization_to_another_node(nodes: Any) -> None:
+    """A stops (1001, no finalization of its own); B finalizes the open turn, once (§7.8.2)."""
+    a, b = await nodes(2)
+    s = sid()
+    client = await Peer.open(a.ws_url, s, role="client", token=API_KEY, create=True)
+    edge = await Peer.open(b.ws_url, s, role="edge", token=API_KEY)
+    await mid_turn(client)
+    await edge.recv_until(lambda f: f["type"] == "tool.invoke.request")
+    await a.stop()
+    assert await client.closed_with() == 1001
+    frames = await edge.recv_until(
+        lambda f: f["type"] == "agent.state" and bool((f.get("metadata") or {}).get("synthetic")),
+        timeout=10,
+    )
+    synthetic = [f for f in frames if (f.get("metadata") or {}).get("synthetic")]
+    assert [f["type"] for f in synthetic] == [
+        "agent.text.done",
+        "tool.invoke.result",
+        "session.turn.end",
+        "agent.state",
+    ]
+    assert {f["sender"]["participant_id"] for f in synthetic} == {"N2"}
+    assert await edge.no_frame(1.0)  # once
+
+
+async def test_reattach_window_expires_on_a_node_that_never_held_the_connection(
+    nodes: Any,
+) -> None:
+    """The client's node is gone; its deadline lives in Redis and B ends the session."""
+    a, b = await nodes(2, reattach_window_s=1.0)
+    s = sid()
+    client = await Peer.open(a.ws_url, s, role="client", token=API_KEY, create=True)
+    edge = await Peer.open(b.ws_url, s, role="edge", token=API_KEY)
+    await client.close()
+    await a.stop()
+    deleted = await edge.recv_type("session.deleted", timeout=10)
+    assert deleted["payload"]["reason"] == "timeout"
+    assert deleted["payload"]["deleted_by"] == "system"
+    assert deleted["sender"]["participant_id"] == "N2"
+    assert await edge.closed_with() == 1000
+
+
+async def test_an_unused_session_is_forgotten_and_loaded_again(
+    nodes: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node forgets (and unsubscribes from) a session nobody there uses; it comes back."""
+    monkeypatch.setattr("relay.cluster._UNLOAD_AFTER_S", 0.3)
+    a, b = await nodes(2)
+    s = sid()
+    client = await Peer.open(a.ws_url, s, role="client", token=API_KEY, create=True)
+    edge = await Peer.open(b.ws_url, s, role="edge", token=API_KEY)
+    await edge.close()
+    deadline = asyncio.get_running_loop().time() + 5
+    while s in b.hub.sessions:
+        assert asyncio.get_running_loop().time() < deadline, "B kept the unused session"
+        await asyncio.sleep(0.05)
+    assert s in a.hub.sessions  # A serves its client
+    again = await Peer.open(b.ws_url, s, role="edge", token=API_KEY)
+    sent = await client.send("agent.state", {"state": "thinking"})
+    got = await again.recv_until(lambda f: f.get("message_id") == sent["message_id"])
+    assert got[-1]["seq"] == await b.store.head_seq(s)  # relayed again through pub/sub
+    assert s in b.hub.sessions
