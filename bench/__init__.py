@@ -8,8 +8,22 @@ Each benchmark is a module of this package that defines
 * ``markdown(result) -> str`` — the result as a Markdown table (printed and saved).
 
 :mod:`bench.__main__` finds the modules, runs the ones asked for (all by default) and writes
-``bench/results/<NAME>.json`` and ``bench/results/<NAME>.md``. :func:`measure` is the shared
-timing loop.
+``bench/results/<NAME>.json`` and ``bench/results/<NAME>.md``, then ``summary.md`` with every
+headline figure next to its baseline and aim. :func:`measure` is the shared timing loop.
+
+The relay benchmarks (``throughput``, ``latency``, ``reattach``, ``churn``, ``memory``,
+``fuzz``, ``faults``) run the relay under test as its own process on 127.0.0.1 and the load
+as separate, bounded processes that stop by themselves:
+
+* ``_master`` — the master as ``rawp serve`` builds it, plus profiling and a control channel;
+* ``baseline_relay`` — the baseline: a minimal websockets fan-out relay;
+* ``_loadgen`` — load-generator processes (JSON lines on stdin/stdout);
+* ``_wsraw`` — a minimal RFC 6455 client on raw sockets (cheap enough for 10,000 edges, and
+  able to send what a correct client never does); ``_workload`` — the frames;
+* ``_procs``, ``_profile``, ``_report`` — processes, py-spy/cProfile summaries, tables.
+
+Common flags: ``--quick`` (short runs), ``--loop asyncio|uvloop`` (the relays' event loop),
+``--no-profile``. Plots are not drawn: matplotlib is not a dependency of this project.
 """
 
 from __future__ import annotations

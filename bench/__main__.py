@@ -1,7 +1,8 @@
 """``python -m bench [NAME ...]``: run benchmarks (all by default) and save their results.
 
 Every module of the :mod:`bench` package that defines ``NAME`` and ``run`` is a benchmark (see
-the package docstring). Results go to ``bench/results/<NAME>.json`` and ``<NAME>.md``.
+the package docstring). Results go to ``bench/results/<NAME>.json`` and ``<NAME>.md``; after
+the run, ``summary.md`` collects the headline figures of every saved result.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from types import ModuleType
 from typing import Any
 
 import bench
+from bench._report import summary_markdown
 
 __all__ = ["Benchmark", "discover", "main"]
 
@@ -72,6 +74,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--results", type=Path, default=RESULTS_DIR, help="where to write <NAME>.json and .md"
     )
     parser.add_argument("--no-save", action="store_true", help="print only, write no files")
+    parser.add_argument(
+        "--quick", action="store_true", help="short runs (smaller N, fewer rounds, fewer trials)"
+    )
+    parser.add_argument(
+        "--loop",
+        choices=("asyncio", "uvloop"),
+        default="asyncio",
+        help="event loop of the relays under test (rawp serve uses asyncio's default)",
+    )
+    parser.add_argument(
+        "--no-profile", action="store_true", help="never run the extra profiled rounds"
+    )
     args = parser.parse_args(argv)
     if args.list:
         for name, entry in benchmarks.items():
@@ -92,6 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             json_path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
             (args.results / f"{name}.md").write_text(text, encoding="utf-8")
             print(f"wrote {name}.json and {name}.md to {args.results}")
+    if not args.no_save and args.results.exists():
+        (args.results / "summary.md").write_text(summary_markdown(args.results), encoding="utf-8")
+        print(f"wrote summary.md to {args.results}")
     return 0
 
 

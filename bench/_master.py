@@ -1,0 +1,168 @@
+"""``python -m bench._master [rawp serve flags] [--loop L] [--profile P] [--control]``.
+
+The master exactly as ``rawp serve`` builds it (same flags, same :class:`relay.server.Master`),
+with what benchmarks need around it:
+
+* ``--loop asyncio|uvloop`` — the event loop (``rawp serve`` uses asyncio's default);
+* ``--profile PATH`` — cProfile the whole run, stats written to PATH at exit;
+* ``--control`` — line commands on stdin, one answer line each on stdout:
+  ``dump SESSION PATH`` (the session log's metadata as JSON lines: seq, type, sender_role,
+  exclude, edges_only, message_id), ``gc`` (collect, answer RSS), ``stats`` (sessions,
+  participants, slow consumers), ``snapshot NAME`` / ``diff A B TOP`` (with
+  ``--tracemalloc``: Python allocations grown between two snapshots, by file:line), ``stop``;
+  stdin closing stops the master too;
+* ``--max-seconds N`` — stop by itself after N seconds whatever happens.
+
+Prints ``RAWP master: ws URL  http URL`` once listening, like ``rawp serve``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import gc
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from relay.config import add_serve_arguments, settings_from_args
+from relay.logs import configure_logging
+from relay.server import Master
+
+from ._procs import raise_nofile, rss_kib
+
+_SNAPSHOTS: dict[str, Any] = {}
+
+
+async def _control(master: Master, stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=1 << 20)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while True:
+        line = (await reader.readline()).decode().strip()
+        if not line:
+            if reader.at_eof():
+                stop.set()
+                return
+            continue
+        words = line.split()
+        try:
+            answer = await _command(master, words, stop)
+        except Exception as exc:  # answer the error, keep serving
+            answer = {"error": repr(exc)}
+        print(json.dumps(answer), flush=True)
+
+
+async def _command(master: Master, words: list[str], stop: asyncio.Event) -> dict[str, Any]:
+    import os
+
+    hub = master.hub
+    if words[0] == "dump":
+        session_id, path = words[1], words[2]
+        entries = await master.store.read(session_id)
+        rows = [
+            [e.seq, e.type, e.sender_role, e.exclude, e.edges_only, e.message_id] for e in entries
+        ]
+        text = "".join(json.dumps(row) + "\n" for row in rows)
+        await asyncio.to_thread(Path(path).write_text, text)
+        return {"ok": "dump", "entries": len(entries)}
+    if words[0] == "gc":
+        gc.collect()
+        return {"ok": "gc", "rss_kib": rss_kib(os.getpid())}
+    if words[0] == "stats":
+        participants = sum(len(s.participants) for s in hub.sessions.values())
+        queued = [
+            q.outbox.queued_bytes for s in hub.sessions.values() for q in s.participants.values()
+        ]
+        return {
+            "ok": "stats",
+            "sessions": len(hub.sessions),
+            "participants": participants,
+            "max_queued_bytes": max(queued, default=0),
+            "slow_consumers": hub.metrics.slow_consumers._value.get(),
+            "rss_kib": rss_kib(os.getpid()),
+        }
+    if words[0] == "snapshot":
+        import tracemalloc
+
+        gc.collect()
+        _SNAPSHOTS[words[1]] = tracemalloc.take_snapshot()
+        return {"ok": "snapshot", "traced_kib": tracemalloc.get_traced_memory()[0] // 1024}
+    if words[0] == "diff":
+        a, b, top = _SNAPSHOTS[words[1]], _SNAPSHOTS[words[2]], int(words[3])
+        stats = b.compare_to(a, "lineno")
+        total = sum(s.size_diff for s in stats)
+        rows = [
+            [
+                f"{s.traceback[0].filename.split('site-packages/')[-1].split('/work/main/')[-1]}"
+                f":{s.traceback[0].lineno}",
+                s.size_diff,
+                s.count_diff,
+            ]
+            for s in stats[:top]
+        ]
+        return {"ok": "diff", "total_bytes": total, "top": rows}
+    if words[0] == "stop":
+        stop.set()
+        return {"ok": "stop"}
+    return {"error": f"unknown command {words[0]!r}"}
+
+
+async def _main(args: argparse.Namespace) -> None:
+    settings = settings_from_args(args)
+    configure_logging(settings.log_format, settings.log_level)
+    master = Master(settings)
+    await master.start()
+    print(f"RAWP master: ws {master.ws_url}  http {master.http_url}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    tasks = []
+    if args.control:
+        tasks.append(loop.create_task(_control(master, stop)))
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), args.max_seconds)
+    for task in tasks:
+        task.cancel()
+    await master.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench._master")
+    add_serve_arguments(parser)
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
+    parser.add_argument("--profile", type=Path, default=None)
+    parser.add_argument("--control", action="store_true")
+    parser.add_argument("--max-seconds", type=float, default=900.0)
+    parser.add_argument("--tracemalloc", action="store_true", help="trace Python allocations")
+    args = parser.parse_args()
+    if args.tracemalloc:
+        import tracemalloc
+
+        tracemalloc.start(1)
+    raise_nofile()
+    factory = None
+    if args.loop == "uvloop":
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    profiler = cProfile.Profile() if args.profile else None
+    if profiler is not None:
+        profiler.enable()
+    try:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(_main(args))
+    finally:
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(args.profile)
+
+
+if __name__ == "__main__":
+    main()

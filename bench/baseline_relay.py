@@ -1,0 +1,128 @@
+"""The baseline: a minimal websockets fan-out relay (no validation, no store, no seq).
+
+``python -m bench.baseline_relay [--port 0] [--loop asyncio|uvloop] [--keep]`` prints
+``baseline relay: ws URL`` once listening. It speaks just enough RAWP for the same load
+generators to drive it: the first message of a connection must be a ``connection.hello``
+(parsed once, for role and session) and is answered with a small ``connection.welcome``;
+after that every message from a session's client goes, untouched and unparsed, to every
+edge of that session with ``websockets.broadcast`` (one write per recipient, no per-recipient
+await) — the least work a fan-out relay can do with the same WebSocket library and the same
+server options (max frame size, no compression, queue size) as the master.
+
+``--keep`` keeps each session's frames in a list, and an edge hello with ``resume.last_seq``
+gets the frames after it as one ``session.history``-shaped message: the naive in-memory
+replay the reattach benchmark compares against.
+
+Not a benchmark module (it defines no ``NAME``): the benchmarks start it as a process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+from collections import defaultdict
+
+from websockets.asyncio.server import ServerConnection, broadcast, serve
+
+__all__ = ["main"]
+
+
+class Relay:
+    """Sessions → client and edges; optional frame lists for replay."""
+
+    def __init__(self, keep: bool) -> None:
+        self.keep = keep
+        self.edges: defaultdict[str, set[ServerConnection]] = defaultdict(set)
+        self.frames: defaultdict[str, list[bytes]] = defaultdict(list)
+
+    async def handler(self, ws: ServerConnection) -> None:
+        try:
+            first = await asyncio.wait_for(ws.recv(decode=False), 10)
+            hello = json.loads(first)
+            session_id = hello["session_id"]
+            payload = hello["payload"]
+            role = payload["role"]
+        except Exception:
+            await ws.close(4400, "expected connection.hello")
+            return
+        welcome = {
+            "type": "connection.welcome",
+            "session_id": session_id,
+            "payload": {"participant_id": f"p-{id(ws):x}", "resumed": False},
+        }
+        await ws.send(json.dumps(welcome))
+        if role == "client":
+            await self._client(ws, session_id)
+            return
+        resume = payload.get("resume")
+        if self.keep and resume is not None:
+            frames = self.frames[session_id][int(resume.get("last_seq", 0)) :]
+            await ws.send(
+                b'{"type":"session.history","payload":{"frames":[%s]}}' % b",".join(frames),
+                text=True,
+            )
+        edges = self.edges[session_id]
+        edges.add(ws)
+        try:
+            async for _ in ws:
+                pass
+        finally:
+            edges.discard(ws)
+
+    async def _client(self, ws: ServerConnection, session_id: str) -> None:
+        edges = self.edges[session_id]
+        frames = self.frames[session_id]
+        keep = self.keep
+        async for message in ws:
+            if keep:
+                frames.append(message.encode() if isinstance(message, str) else message)
+            broadcast(edges, message)
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    relay = Relay(args.keep)
+    async with serve(
+        relay.handler,
+        args.host,
+        args.port,
+        max_size=1 << 20,
+        max_queue=64,
+        compression=None,
+        ping_interval=20,
+        ping_timeout=20,
+    ) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        print(f"baseline relay: ws ws://{args.host}:{port}/v1/ws", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), args.max_seconds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.baseline_relay")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
+    parser.add_argument("--keep", action="store_true", help="keep frames for replay")
+    parser.add_argument("--max-seconds", type=float, default=900.0)
+    args = parser.parse_args()
+    from ._procs import raise_nofile
+
+    raise_nofile()
+    factory = None
+    if args.loop == "uvloop":
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(_serve(args))
+
+
+if __name__ == "__main__":
+    main()
