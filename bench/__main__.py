@@ -79,9 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--loop",
-        choices=("asyncio", "uvloop"),
-        default="asyncio",
-        help="event loop of the relays under test (rawp serve uses asyncio's default)",
+        choices=("auto", "asyncio", "uvloop"),
+        default="auto",
+        help="event loop of the relays under test (auto: uvloop when installed, as rawp serve)",
     )
     parser.add_argument(
         "--no-profile", action="store_true", help="never run the extra profiled rounds"

@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from relay.cli import event_loop_factory
 from relay.config import add_serve_arguments, settings_from_args
 from relay.logs import configure_logging
 from relay.server import Master
@@ -136,7 +137,6 @@ async def _main(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench._master")
     add_serve_arguments(parser)
-    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
     parser.add_argument("--profile", type=Path, default=None)
     parser.add_argument("--control", action="store_true")
     parser.add_argument("--max-seconds", type=float, default=900.0)
@@ -147,11 +147,7 @@ def main() -> None:
 
         tracemalloc.start(1)
     raise_nofile()
-    factory = None
-    if args.loop == "uvloop":
-        import uvloop
-
-        factory = uvloop.new_event_loop
+    factory = event_loop_factory(args.loop)  # --loop comes with the serve flags
     profiler = cProfile.Profile() if args.profile else None
     if profiler is not None:
         profiler.enable()

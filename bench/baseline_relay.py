@@ -108,18 +108,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.baseline_relay")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio")
+    parser.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="auto")
     parser.add_argument("--keep", action="store_true", help="keep frames for replay")
     parser.add_argument("--max-seconds", type=float, default=900.0)
     args = parser.parse_args()
     from ._procs import raise_nofile
 
     raise_nofile()
-    factory = None
-    if args.loop == "uvloop":
-        import uvloop
+    from relay.cli import event_loop_factory
 
-        factory = uvloop.new_event_loop
+    factory = event_loop_factory(args.loop)  # the same loop choice as the master's
     with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(_serve(args))
 

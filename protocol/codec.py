@@ -62,6 +62,9 @@ def _decode_unknown(data: bytes | str, text: str) -> GenericFrame:
         generic = _generic_decoder.decode(data)
     except msgspec.ValidationError as exc:
         raise InvalidFrame(_explain(str(exc))) from None
+    except msgspec.DecodeError as exc:
+        # The union decoder stops at the unknown tag, before the malformed rest.
+        raise InvalidFrame(f"not a JSON object: {exc}") from None
     except RecursionError:
         raise InvalidFrame("JSON nested too deeply") from None
     if generic.metadata is not None and generic.metadata.ignorable:

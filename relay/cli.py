@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import sys
+from collections.abc import Callable
 
 from .auth import new_api_key
 from .config import add_serve_arguments, settings_from_args
@@ -57,9 +58,26 @@ def _serve(args: argparse.Namespace) -> int:
     def announce() -> None:
         print(f"RAWP master: ws {master.ws_url}  http {master.http_url}", flush=True)
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(master.run_until_signalled(on_started=announce))
+    with (
+        contextlib.suppress(KeyboardInterrupt),
+        asyncio.Runner(loop_factory=event_loop_factory(args.loop)) as runner,
+    ):
+        runner.run(master.run_until_signalled(on_started=announce))
     return 0
+
+
+def event_loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop when asked for, or when ``auto`` and installed (the ``fast`` extra); else asyncio."""
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise SystemExit("--loop uvloop: uvloop is not installed (pip install 'rawp[fast]')")
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
 
 
 def _keys_create(args: argparse.Namespace) -> int:

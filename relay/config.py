@@ -85,6 +85,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     a("--node-id", default="", help="this node's id in sender stamps (default: random)")
     # Multi-node liveness (redis store; docs/operations.md). Hidden: tests shorten them.
     a("--node-heartbeat", type=float, default=d.node_heartbeat_s, help=argparse.SUPPRESS)
+    a(
+        "--loop",
+        choices=("auto", "asyncio", "uvloop"),
+        default="auto",
+        help="event loop: uvloop when installed (auto, the default) or plain asyncio",
+    )
     a("--node-dead-after", type=float, default=d.node_dead_after_s, help=argparse.SUPPRESS)
 
 

@@ -136,7 +136,8 @@ class Hub:
     async def stop(self) -> None:
         """Stop background work (sessions are closed by the server first)."""
         self.shutting_down = True
-        tasks = [t for t in (self._deadline_task, *self._tasks) if t is not None]
+        workers = [s.worker for s in self._sessions.values() if s.worker is not None]
+        tasks = [t for t in (self._deadline_task, *self._tasks, *workers) if t is not None]
         await cancel_and_wait(tasks)  # [multinode] redis-py can swallow one cancel (3.11)
         await self.cluster.stop()
 

@@ -197,6 +197,12 @@ class Session:
         self._space.set()
         self._recent: OrderedDict[str, None] = OrderedDict()
         self._worker: asyncio.Task[None] | None = None
+        self._delivered = 0  # deliveries not yet added to the frames_out metric
+
+    @property
+    def worker(self) -> asyncio.Task[None] | None:
+        """The task draining the inbox, once a frame has arrived."""
+        return self._worker
 
     # --- intake --------------------------------------------------------------------------
 
@@ -241,6 +247,7 @@ class Session:
                         n = min(_BATCH, len(self._inbox))
                         batch = [self._inbox.popleft() for _ in range(n)]
                         self._space.set()
+                        self.hub.metrics.frames_in.inc(n)
                         await self._commit(batch)
                 except Exception:
                     log.exception("commit_failed", session_id=self.id)
@@ -333,6 +340,9 @@ class Session:
             if isinstance(p.frame, Renamed):
                 self.header.name = p.frame.payload.name
                 await self.hub.store.rename_session(self.id, p.frame.payload.name)
+        if self._delivered:
+            self.hub.metrics.frames_out.inc(self._delivered)
+            self._delivered = 0
         if rebuild:
             await self._rebuild()
         return True
@@ -345,13 +355,19 @@ class Session:
         self.deliver(entry)
 
     def deliver(self, entry: LogEntry) -> None:
-        """Fan one committed entry out to this node's participants and listeners."""
+        """Fan one committed entry out to this node's participants and listeners.
+
+        The hot path: the same bytes to every recipient's outbox (notes §15.4 audience rules
+        inlined from :meth:`LogEntry.delivered_to`); metrics are counted once per batch.
+        """
+        data, seq, exclude, edges_only = entry.data, entry.seq, entry.exclude, entry.edges_only
         sent = 0
-        for q in self.participants.values():
-            if entry.delivered_to(q.id, q.role):
-                q.outbox.put(entry.data, entry.seq)
-                sent += 1
-        self.hub.metrics.frames_out.inc(sent)
+        for participant_id, q in self.participants.items():
+            if participant_id == exclude or (edges_only and q.role != "edge"):
+                continue
+            q.outbox.put(data, seq)
+            sent += 1
+        self._delivered += sent
         for listener in tuple(self.listeners):
             listener(entry)
 

@@ -187,8 +187,7 @@ class WebSocketEndpoint:
             if isinstance(frame, Ack):
                 participant.ack(frame.payload.last_seq)
                 continue
-            metrics.frames_in.inc()
-            await session.submit(participant, frame, raw)
+            await session.submit(participant, frame, raw)  # counted in frames_in per batch
 
 
 def _forget_upgrade_headers(connection: ServerConnection) -> None:
