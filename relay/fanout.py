@@ -106,6 +106,7 @@ class Outbox:
         self._on_overflow = on_overflow
         self._queue: deque[tuple[bytes, int]] = deque()
         self._bytes = 0
+        self._allowance = 0  # bytes queued before start(): see start()
         self._waiter: asyncio.Future[None] | None = None  # the idle writer waits on it
         self._idle_waiters: list[asyncio.Future[None]] | None = None  # drain() callers
         self._writing = False
@@ -123,8 +124,13 @@ class Outbox:
         return self._closed
 
     def start(self) -> None:
-        """Start the writer task."""
+        """Start the writer task.
+
+        What was queued before the start (the welcome and the reattach backlog, which the
+        participant's buffer policy already bounds) does not count against the send bound.
+        """
         if self._task is None:
+            self._allowance = self._bytes
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     def put(self, data: bytes, seq: int = 0) -> None:
@@ -138,11 +144,17 @@ class Outbox:
             self._waiter = None
             if not waiter.done():
                 waiter.set_result(None)
-        if self._bytes > self._limit:
+        if self._task is not None and self._bytes > self._limit + self._allowance:
             self._closed = True
             self._queue.clear()
             self._bytes = 0
             self._on_overflow()
+
+    def _consumed(self, size: int) -> None:
+        self._bytes -= size
+        # The handshake allowance shrinks with the queue: once the welcome and backlog are
+        # out, the bound is the configured one again.
+        self._allowance = min(self._allowance, self._bytes)
 
     async def drain(self, timeout: float) -> bool:
         """Wait until everything queued was written; False on timeout."""
@@ -192,7 +204,7 @@ class Outbox:
                         await self._write_batch(direct)
                     else:
                         data, seq = queue.popleft()
-                        self._bytes -= len(data)
+                        self._consumed(len(data))
                         await self._sink.send(data, text=True)
                         if seq:
                             self._on_sent(seq)
@@ -221,7 +233,7 @@ class Outbox:
             append(data)
             if seq:
                 last_seq = seq
-        self._bytes -= size
+        self._consumed(size)
         direct.transport.write(b"".join(parts))
         if last_seq:
             self._on_sent(last_seq)

@@ -199,3 +199,31 @@ async def test_size_limit_holds_without_subprotocol(make_master: Any) -> None:
         except ConnectionClosed:
             pass
         assert ws.close_code == 1009
+
+
+async def test_backlog_larger_than_the_send_bound_is_delivered(make_master: Any) -> None:
+    """A reattach backlog bigger than send_queue_bytes arrives whole (the bound is for live ones)."""
+    master = await make_master(send_queue_bytes=4096, buffer_capacity=256 * 1024)
+    client = await Peer.open(master.ws_url, "s-big-backlog", token=API_KEY, create=True)
+    edge = await Peer.open(master.ws_url, "s-big-backlog", role="edge", token=API_KEY)
+    edge_id, cursor = edge.participant_id, edge.welcome["payload"]["session"]["head_seq"]
+    await edge.close()
+    for i in range(40):
+        await client.send("agent.text.delta", {"block_id": "b", "delta": f"{i:03d}" + "x" * 500})
+    await wait_until(lambda: master.hub.sessions["s-big-backlog"].head >= cursor + 41)
+    again = await Peer.open(
+        master.ws_url,
+        "s-big-backlog",
+        role="edge",
+        token=API_KEY,
+        participant_id=edge_id,
+        resume={"last_seq": cursor},
+    )
+    history = await again.recv_type("session.history")
+    deltas = [f for f in history["payload"]["frames"] if f["type"] == "agent.text.delta"]
+    assert len(deltas) == 40
+    assert history["payload"]["buffer_status"]["truncated"] is False
+    await client.send("agent.text.done", {"block_id": "b"})
+    assert (await again.recv_type("agent.text.done"))["payload"]["block_id"] == "b"
+    await client.close()
+    await again.close()
