@@ -202,7 +202,7 @@ async def test_size_limit_holds_without_subprotocol(make_master: Any) -> None:
 
 
 async def test_backlog_larger_than_the_send_bound_is_delivered(make_master: Any) -> None:
-    """A reattach backlog bigger than send_queue_bytes arrives whole (the bound is for live ones)."""
+    """A reattach backlog bigger than send_queue_bytes still arrives whole."""
     master = await make_master(send_queue_bytes=4096, buffer_capacity=256 * 1024)
     client = await Peer.open(master.ws_url, "s-big-backlog", token=API_KEY, create=True)
     edge = await Peer.open(master.ws_url, "s-big-backlog", role="edge", token=API_KEY)
