@@ -289,7 +289,7 @@ class Session:
             head, tail = codec.stamp_parts(raw, frame, participant.sender)
             entry = NewEntry(
                 message_id=frame.message_id,
-                type=_type_of(frame),
+                type=frame.type,
                 head=head,
                 tail=tail,
                 sender_id=participant.id,
@@ -408,7 +408,7 @@ class Session:
             head, tail = codec.stamp_parts(codec.encode(bare), bare, sender)
             entry = NewEntry(
                 message_id=frame.message_id,
-                type=_type_of(frame),
+                type=frame.type,
                 head=head,
                 tail=tail,
                 sender_id=sender.participant_id,
@@ -823,7 +823,3 @@ class Session:
 
 def _new_participant_id() -> str:
     return "p-" + codec.new_message_id()
-
-
-def _type_of(frame: Frame | GenericFrame) -> str:
-    return frame.type
