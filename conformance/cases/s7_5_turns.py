@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..case import case, expect, skip
 from ..runner import Context
 from ..wire import new_id, usage_payload
-from .common import check_cleanup, mid_turn
+from .common import MidTurn, check_cleanup, mid_turn
 
 __all__: list[str] = []
 
@@ -27,17 +27,7 @@ async def cleanup_order_delete(ctx: Context) -> None:
     state = await mid_turn(ctx, edges=2, calls=2, resolved=1)
     status = await ctx.delete_session()
     expect(200 <= status < 300, f"DELETE answered HTTP {status}")
-    for peer in state.everyone:
-        frames = await peer.expect_close(what="cleanup frames and the close")
-        check_cleanup(
-            peer,
-            frames,
-            turn_id=state.turn_id,
-            calls=state.calls,
-            reason="master_request",
-            deleted_by="master",
-            session_id=ctx.session_id,
-        )
+    await _everyone_sees_cleanup(ctx, state, reason="master_request", deleted_by="master")
 
 
 @case(
@@ -52,17 +42,7 @@ async def cleanup_order_fatal(ctx: Context) -> None:
         "session.error",
         {"error_code": "x_agent_crashed", "message": "unrecoverable", "fatal": True},
     )
-    for peer in state.everyone:
-        frames = await peer.expect_close(what="cleanup frames and the close")
-        check_cleanup(
-            peer,
-            frames,
-            turn_id=state.turn_id,
-            calls=state.calls,
-            reason="error",
-            deleted_by="client",
-            session_id=ctx.session_id,
-        )
+    await _everyone_sees_cleanup(ctx, state, reason="error", deleted_by="client")
 
 
 @case(
@@ -77,17 +57,7 @@ async def cleanup_order_request(ctx: Context) -> None:
         "session.deleted",
         {"session_id": ctx.session_id, "reason": "user_request", "deleted_by": "edge"},
     )
-    for peer in state.everyone:
-        frames = await peer.expect_close(what="cleanup frames and the close")
-        check_cleanup(
-            peer,
-            frames,
-            turn_id=state.turn_id,
-            calls=state.calls,
-            reason="user_request",
-            deleted_by="edge",
-            session_id=ctx.session_id,
-        )
+    await _everyone_sees_cleanup(ctx, state, reason="user_request", deleted_by="edge")
 
 
 @case(
@@ -154,5 +124,22 @@ async def no_turn_no_cleanup(ctx: Context) -> None:
             calls=[],
             reason="master_request",
             deleted_by="master",
+            session_id=ctx.session_id,
+        )
+
+
+async def _everyone_sees_cleanup(
+    ctx: Context, state: MidTurn, *, reason: str, deleted_by: str
+) -> None:
+    """Every attached participant gets the §7.5.3 / §7.7 order, then the close."""
+    for peer in state.everyone:
+        frames = await peer.expect_close(what="cleanup frames and the close")
+        check_cleanup(
+            peer,
+            frames,
+            turn_id=state.turn_id,
+            calls=state.calls,
+            reason=reason,
+            deleted_by=deleted_by,
             session_id=ctx.session_id,
         )
