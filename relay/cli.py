@@ -23,16 +23,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     keys = sub.add_parser("keys", help="manage API keys")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
-    create = keys_sub.add_parser("create", help="create an API key for a workspace (shown once)")
-    create.add_argument("--workspace", default="default")
-    create.add_argument(
-        "--store",
-        default="memory",
-        help="register the key in this store (redis://…); with memory, pass it to --api-key",
-    )
-    create.add_argument("--redis-cluster", action="store_true")
-    create.set_defaults(handler=_keys_create)
-    # [http-api] rawp keys revoke; rawp tokens create|revoke (relay/credentials_cli.py)
     from .credentials_cli import add_key_commands, add_token_commands
 
     add_key_commands(keys_sub)
@@ -78,29 +68,3 @@ def event_loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] |
         return None
     factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
     return factory
-
-
-def _keys_create(args: argparse.Namespace) -> int:
-    key = new_api_key()
-    if args.store != "memory":
-        from .auth import Authenticator
-        from .store import open_store
-
-        async def put() -> None:
-            store = open_store(args.store, cluster=args.redis_cluster)
-            await store.start()
-            try:
-                await Authenticator(store).register_key(key, args.workspace)
-            finally:
-                await store.close()
-
-        asyncio.run(put())
-        print(key)
-        print(f"(registered for workspace {args.workspace!r}; shown once)", file=sys.stderr)
-        return 0
-    print(key)
-    print(
-        f"(shown once) start the master with --api-key {args.workspace}:{key}",
-        file=sys.stderr,
-    )
-    return 0

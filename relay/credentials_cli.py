@@ -1,8 +1,9 @@
-"""``rawp keys revoke`` and ``rawp tokens create|revoke``: credentials from the shell.
+"""``rawp keys create|revoke`` and ``rawp tokens create|revoke``: credentials from the shell.
 
-* API keys live in the store: ``rawp keys revoke KEY_OR_ID --store redis://…`` marks one
-  revoked there (with the embedded memory store, restart the master without that
-  ``--api-key`` instead).
+* API keys live in the store: ``rawp keys create --workspace W --store redis://…`` registers
+  one there (with the embedded memory store it is printed for ``--api-key``);
+  ``rawp keys revoke KEY_OR_ID --store redis://…`` marks one revoked there (with the
+  embedded memory store, restart the master without that ``--api-key`` instead).
 * Session tokens are issued and revoked by a running master over HTTP, with an API key
   (``--api-key`` or ``RAWP_API_KEY``): ``rawp tokens create SESSION_ID [--grant client]
   [--grant delete] [--ttl SECONDS]`` prints the token (shown once) on stdout;
@@ -18,9 +19,13 @@ import os
 import sys
 import urllib.error
 import urllib.request
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
-from .auth import GRANTS, digest
+from .auth import GRANTS, Authenticator, digest, new_api_key
+from .store.base import Store
+
+T = TypeVar("T")
 
 __all__ = ["add_key_commands", "add_token_commands"]
 
@@ -28,7 +33,16 @@ _DEFAULT_URL = "http://127.0.0.1:8766"
 
 
 def add_key_commands(keys_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``rawp keys revoke``."""
+    """``rawp keys create|revoke``."""
+    create = keys_sub.add_parser("create", help="create an API key for a workspace (shown once)")
+    create.add_argument("--workspace", default="default")
+    create.add_argument(
+        "--store",
+        default="memory",
+        help="register the key in this store (redis://…); with memory, pass it to --api-key",
+    )
+    create.add_argument("--redis-cluster", action="store_true")
+    create.set_defaults(handler=_keys_create)
     revoke = keys_sub.add_parser("revoke", help="revoke an API key in a shared store")
     revoke.add_argument("key", metavar="KEY_OR_ID", help="the key, or its id (SHA-256 hex)")
     revoke.add_argument("--store", required=True, help="redis://… (the store the master uses)")
@@ -58,25 +72,46 @@ def add_token_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     revoke.set_defaults(handler=_tokens_revoke)
 
 
-def _keys_revoke(args: argparse.Namespace) -> int:
-    from .auth import Authenticator
+def _with_store(args: argparse.Namespace, action: Callable[[Store], Awaitable[T]]) -> T:
+    """Run ``action`` against the store named by ``--store`` / ``--redis-cluster``."""
     from .store import open_store
 
-    key_id = args.key if len(args.key) == 64 and not args.key.startswith("rk_") else None
-    key_id = key_id or digest(args.key)
-
-    async def revoke() -> bool:
+    async def run() -> T:
         store = open_store(args.store, cluster=args.redis_cluster)
         await store.start()
         try:
-            record = await store.get_credential(key_id)
-            if record is None or record.kind != "key":
-                return False
-            return await Authenticator(store).revoke(key_id)
+            return await action(store)
         finally:
             await store.close()
 
-    if not asyncio.run(revoke()):
+    return asyncio.run(run())
+
+
+def _keys_create(args: argparse.Namespace) -> int:
+    key = new_api_key()
+    if args.store == "memory":
+        print(key)
+        print(
+            f"(shown once) start the master with --api-key {args.workspace}:{key}", file=sys.stderr
+        )
+        return 0
+    _with_store(args, lambda store: Authenticator(store).register_key(key, args.workspace))
+    print(key)
+    print(f"(registered for workspace {args.workspace!r}; shown once)", file=sys.stderr)
+    return 0
+
+
+def _keys_revoke(args: argparse.Namespace) -> int:
+    key_id = args.key if len(args.key) == 64 and not args.key.startswith("rk_") else None
+    key_id = key_id or digest(args.key)
+
+    async def revoke(store: Store) -> bool:
+        record = await store.get_credential(key_id)
+        if record is None or record.kind != "key":
+            return False
+        return await Authenticator(store).revoke(key_id)
+
+    if not _with_store(args, revoke):
         print(f"no API key {key_id} in {args.store}", file=sys.stderr)
         return 1
     print(f"revoked API key {key_id}", file=sys.stderr)
