@@ -45,7 +45,6 @@ from .frames import (
     EdgeFrame,
     Frame,
     GenericFrame,
-    History,
     MasterFrame,
 )
 
@@ -579,10 +578,7 @@ def replay(frames: Sequence[tuple[Frame | GenericFrame, SenderRole]]) -> Session
     state = SessionState()
     for frame, role in frames:
         try:
-            if isinstance(frame, History):
-                state = fold_entry(state, frame, role)
-            else:
-                fold(state, frame, role)
+            state = fold_entry(state, frame, role)
         except ProtocolError:
             continue
     return state

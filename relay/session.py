@@ -19,7 +19,7 @@ import contextlib
 import contextvars
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -36,7 +36,7 @@ from protocol.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from protocol.finalize import finalize, fold_entry, plan_history
+from protocol.finalize import finalize, plan_history
 from protocol.frames import (
     BufferGrant,
     Deleted,
@@ -61,7 +61,7 @@ from protocol.frames import (
     Welcome,
     WelcomePayload,
 )
-from protocol.state import SessionState, check, fold, status
+from protocol.state import SenderRole, SessionState, check, fold, replay, status
 
 from .fanout import SLOW_CONSUMER, Outbox, Sink
 from .faults import refusal
@@ -87,13 +87,17 @@ def _now_ms() -> int:
 
 def rebuild_state(entries: Sequence[LogEntry], name: str = "") -> SessionState:
     """Fold a log from seq 1 into a fresh state (load, and after a refused batch)."""
-    state = SessionState(name=name)
+    state = replay(list(_decoded(entries)))
+    state.name = state.name or name  # the header's name when the log holds no rename
+    return state
+
+
+def _decoded(entries: Sequence[LogEntry]) -> Iterator[tuple[Frame | GenericFrame, SenderRole]]:
     for entry in entries:
         try:
-            fold_entry(state, codec.decode(entry.data), entry.sender_role)  # type: ignore[arg-type]
+            yield codec.decode(entry.data), entry.sender_role  # type: ignore[misc]
         except ProtocolError:
             continue  # what the master logged was checked; tolerate entries of older builds
-    return state
 
 
 class Participant:
