@@ -330,17 +330,7 @@ class Session:
             if result.duplicate:
                 rebuild = True  # folded speculatively but already in the log
                 continue
-            entry = LogEntry(
-                seq=result.seq,
-                message_id=p.entry.message_id,
-                type=p.entry.type,
-                data=b"%s%d%s" % (p.entry.head, result.seq, p.entry.tail),
-                sender_id=p.entry.sender_id,
-                sender_role=p.entry.sender_role,
-                exclude=p.entry.exclude,
-                edges_only=p.entry.edges_only,
-            )
-            self._committed(entry, p.participant)
+            self._committed(p.entry.committed(result.seq), p.participant)
             if isinstance(p.frame, Renamed):
                 self.header.name = p.frame.payload.name
                 await self.hub.store.rename_session(self.id, p.frame.payload.name)

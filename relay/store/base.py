@@ -72,6 +72,19 @@ class NewEntry(msgspec.Struct, kw_only=True, array_like=True):
     exclude: str | None = None
     edges_only: bool = False
 
+    def committed(self, seq: int) -> LogEntry:
+        """The log entry this becomes at ``seq``: the envelope is ``head + str(seq) + tail``."""
+        return LogEntry(
+            seq=seq,
+            message_id=self.message_id,
+            type=self.type,
+            data=b"%s%d%s" % (self.head, seq, self.tail),
+            sender_id=self.sender_id,
+            sender_role=self.sender_role,
+            exclude=self.exclude,
+            edges_only=self.edges_only,
+        )
+
 
 class LogEntry(msgspec.Struct, kw_only=True, array_like=True):
     """One committed entry of a session log."""

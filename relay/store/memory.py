@@ -113,18 +113,7 @@ class MemoryStore(Store):
             s.head += 1
             seq = s.head
             s.by_message_id[e.message_id] = seq
-            s.entries.append(
-                LogEntry(
-                    seq=seq,
-                    message_id=e.message_id,
-                    type=e.type,
-                    data=b"%s%d%s" % (e.head, seq, e.tail),
-                    sender_id=e.sender_id,
-                    sender_role=e.sender_role,
-                    exclude=e.exclude,
-                    edges_only=e.edges_only,
-                )
-            )
+            s.entries.append(e.committed(seq))
             results.append(AppendResult(seq=seq))
         s.header.revision += len(entries)
         if self._retention is not None and len(s.entries) > self._retention:
