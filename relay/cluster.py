@@ -162,6 +162,10 @@ class Node:
         """May the worker judge ``batch`` against ``session.state``? (False: refused.)"""
         return True
 
+    def needs_sync(self, session: Session) -> bool:
+        """Will :meth:`ready` refold the session from the log first?"""
+        return False
+
     async def before_delivery(self, session: Session, results: Sequence[AppendResult]) -> bool:
         """Deliver entries another node appended before ours; True when there were some."""
         return False
@@ -259,7 +263,7 @@ class ClusterNode(Node):
     async def start(self) -> None:
         """Subscribe, sweep this node's previous incarnation, register, start the loops."""
         loop = asyncio.get_running_loop()
-        self._sub = await self.store.subscribe()
+        self._sub = await self.store.subscribe(own=False)
         self._tasks.append(loop.create_task(self._dispatch()))
         # What an earlier process with this node id held is stale: it has no connections now.
         await self._sweep(self.id, force=True)
@@ -643,6 +647,10 @@ class ClusterNode(Node):
                         )
                     )
             return False
+
+    def needs_sync(self, session: Session) -> bool:
+        """True while the session waits for a refold from the log (see :meth:`store_failed`)."""
+        return session.id in self._stale
 
     async def before_delivery(self, session: Session, results: Sequence[AppendResult]) -> bool:
         """Another node appended between our head and our seqs: deliver those entries first."""

@@ -6,10 +6,13 @@ backlog and joins live delivery with no append in between, and delete and attach
 same session are serialized (seed 001's race, notes §9).
 
 Frames from participants go through an inbox drained by one worker task per session. The
-worker takes every queued frame at once, checks and folds each against the state machine,
-and appends the accepted ones in one store call (group commit: while one write is in
-flight, the next frames queue for the next batch). A batch the store refuses is answered
-``store_unavailable`` and the state is rebuilt from the log, so nothing unlogged survives.
+worker takes the queued frames (up to 512), checks and folds each against the state machine,
+and appends the accepted ones in one store call (group commit). While one batch's append is
+in flight the worker already folds the next one and chains its append behind it, so the
+store writes one batch while the master validates or delivers another (a pipeline of
+:data:`_DEPTH` batches; delivery stays in log order). A batch the store refuses is answered
+``store_unavailable``, so is every batch chained behind it, and the state is rebuilt from the
+log, so nothing unlogged survives.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ from protocol.state import SenderRole, SessionState, check, fold, replay, status
 
 from .fanout import SLOW_CONSUMER, Outbox, Sink
 from .faults import refusal
-from .store.base import LogEntry, NewEntry, ParticipantRecord, SessionHeader
+from .store.base import AppendResult, LogEntry, NewEntry, ParticipantRecord, SessionHeader
 
 if TYPE_CHECKING:
     from .auth import Principal
@@ -76,6 +79,9 @@ __all__ = ["Participant", "Session", "rebuild_state"]
 log = structlog.get_logger("rawp.session")
 
 _BATCH: Final = 512
+_DEPTH: Final = 2  # batches whose append is in flight at once (see _work)
+_BATCHES_PER_HOLD: Final = 16
+_FIRST: Final = asyncio.FIRST_COMPLETED  # then the lock is released, so attaches are not starved
 _RECENT_IDS: Final = 65536
 _SUPERSEDED: Final = 4409
 _NORMAL: Final = 1000
@@ -180,6 +186,15 @@ class _Pending:
     entry: NewEntry
 
 
+@dataclass(slots=True)
+class _InFlight:
+    """A folded batch whose append was started and whose delivery waits for it."""
+
+    pending: list[_Pending]
+    appended: asyncio.Future[list[AppendResult]]
+    started: float
+
+
 class Session:
     """The coordinator of one session on this node."""
 
@@ -200,6 +215,12 @@ class Session:
         self._space = asyncio.Event()
         self._space.set()
         self._recent: OrderedDict[str, None] = OrderedDict()
+        # Batches folded into ``state`` whose appends are still in flight, oldest first, and
+        # their message ids. Both are empty whenever the lock is free.
+        self._inflight: deque[_InFlight] = deque()
+        self._unsettled_ids: set[str] = set()
+        self._refold = False  # a settled batch asked for a refold once the pipeline is empty
+        self._arrival: asyncio.Future[None] | None = None  # the pipeline waits for frames
         self._worker: asyncio.Task[None] | None = None
         self._delivered = 0  # deliveries not yet added to the frames_out metric
 
@@ -218,6 +239,9 @@ class Session:
             return
         self._inbox.append((participant, frame, raw))
         self._wake.set()
+        arrival = self._arrival
+        if arrival is not None and not arrival.done():
+            arrival.set_result(None)
         if self._worker is None:
             # A context of its own: the worker serves every connection of the session, so it
             # must not log with the first submitter's conn / role / participant_id bound.
@@ -237,7 +261,16 @@ class Session:
         caller awaits the commit; refusals reach ``participant.send_error``.
         """
         async with self.lock:
-            await self._commit([(participant, frame, raw)])
+            await self._commit_now([(participant, frame, raw)])
+
+    async def _commit_now(
+        self, batch: list[tuple[Participant, Frame | GenericFrame, bytes]]
+    ) -> None:
+        """Commit ``batch`` and wait until it is appended and delivered (caller holds the lock)."""
+        try:
+            await self._commit(batch)
+        finally:
+            await self._settle_all()
 
     async def _work(self) -> None:
         structlog.contextvars.bind_contextvars(session_id=self.id)
@@ -247,20 +280,59 @@ class Session:
             while self._inbox and not self.terminated:
                 try:
                     async with self.lock:
-                        # popped under the lock: a detach holding it takes its own frames first
-                        n = min(_BATCH, len(self._inbox))
-                        batch = [self._inbox.popleft() for _ in range(n)]
-                        self._space.set()
-                        self.hub.metrics.frames_in.inc(n)
-                        await self._commit(batch)
+                        await self._pipeline()
                 except Exception:
                     log.exception("commit_failed", session_id=self.id)
 
+    async def _pipeline(self) -> None:
+        """Fold and append batches with up to _DEPTH appends in flight (caller holds the lock).
+
+        While batch N's append is in flight, batch N+1 is folded and its append chained behind
+        N's; N is delivered once its append returns, while N+1's is being written. Everything in
+        flight is settled before the lock is released.
+        """
+        started = 0
+        try:
+            while not self.terminated:
+                if self._inbox and len(self._inflight) < _DEPTH and started < _BATCHES_PER_HOLD:
+                    # popped under the lock: a detach holding it takes its own frames first
+                    n = min(_BATCH, len(self._inbox))
+                    batch = [self._inbox.popleft() for _ in range(n)]
+                    self._space.set()
+                    self.hub.metrics.frames_in.inc(n)
+                    started += 1
+                    await self._commit(batch)
+                elif self._inflight:
+                    head = self._inflight[0].appended
+                    if (
+                        not head.done()
+                        and len(self._inflight) < _DEPTH
+                        and started < _BATCHES_PER_HOLD
+                    ):
+                        # fold what arrives meanwhile rather than wait idle for the store
+                        arrival: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                        self._arrival = arrival
+                        try:
+                            await asyncio.wait([head, arrival], return_when=_FIRST)
+                        finally:
+                            self._arrival = None
+                        continue
+                    await self._settle_one()
+                    # let the store send the next chained batch before more CPU-bound work
+                    await asyncio.sleep(0)
+                else:
+                    return
+        finally:
+            await self._settle_all()
+
     async def _commit(self, batch: list[tuple[Participant, Frame | GenericFrame, bytes]]) -> None:
+        """Judge and fold ``batch``, then start its append (settled by the caller)."""
+        if self._inflight and self.hub.cluster.needs_sync(self):
+            await self._settle_all()  # [multinode] a refold must not race our own appends
         if not await self.hub.cluster.ready(self, batch):
             return  # [multinode] the state may hold unlogged frames: refused, store_unavailable
         pending: list[_Pending] = []
-        folded: set[str] = set()  # message ids folded in this batch, not yet in _recent
+        folded = self._unsettled_ids  # message ids folded but not yet in _recent
         for participant, frame, raw in batch:
             if self.terminated:
                 return
@@ -307,23 +379,52 @@ class Session:
                 await self._flush(pending)
                 await self._terminate("error", participant.role)
                 return
-        await self._flush(pending)
+        self._launch(pending)
 
     async def _flush(self, pending: list[_Pending]) -> bool:
-        """Append folded frames in one store call, then deliver them. False if refused."""
+        """Append folded frames behind those in flight and deliver all. False if refused."""
+        self._launch(pending)
+        return await self._settle_all()
+
+    def _launch(self, pending: list[_Pending]) -> None:
+        """Start appending ``pending`` in one store call, behind the batch in flight."""
         if not pending:
-            return True
-        started = time.perf_counter()
+            return
+        before = self._inflight[-1].appended if self._inflight else None
+        appended = self.hub.store.append_nowait(self.id, [p.entry for p in pending], after=before)
+        self._inflight.append(_InFlight(pending, appended, time.perf_counter()))
+
+    async def _settle_all(self) -> bool:
+        """Deliver every batch in flight, in order. False if any was refused."""
+        ok = True
+        while self._inflight:
+            ok = await self._settle_one() and ok
+        return ok
+
+    async def _settle_one(self) -> bool:
+        """Wait for the oldest append in flight, then deliver its batch. False if refused."""
+        item = self._inflight[0]
         try:
-            results = await self.hub.store.append(self.id, [p.entry for p in pending])
+            results = await asyncio.shield(item.appended)
         except (StoreError, KeyError) as exc:  # any store failure: answered, never fatal
+            self._inflight.popleft()
             self.hub.metrics.store_errors.inc()
-            for p in pending:
-                if p.participant is not None:
-                    p.participant.send_error(refusal(exc, p.frame.message_id))
+            self._refuse(item.pending, exc)
+            # every later batch was folded on top of this one: the store refuses it too
+            while self._inflight:
+                later = self._inflight.popleft()
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(later.appended)
+                self._refuse(later.pending, exc)
+            self._unsettled_ids.clear()
+            self._refold = False
             await self._rebuild()
             return False
-        self.hub.metrics.store_latency.observe(time.perf_counter() - started)
+        self._inflight.popleft()
+        self.hub.metrics.store_latency.observe(time.perf_counter() - item.started)
+        pending = item.pending
+        for p in pending:
+            self._unsettled_ids.discard(p.entry.message_id)
         # [multinode] another node appended first: its entries go out before ours, then refold
         rebuild = await self.hub.cluster.before_delivery(self, results)
         for p, result in zip(pending, results, strict=True):
@@ -337,9 +438,17 @@ class Session:
         if self._delivered:
             self.hub.metrics.frames_out.inc(self._delivered)
             self._delivered = 0
-        if rebuild:
+        # A refold reads the log: only once nothing folded is still on its way into it.
+        self._refold = self._refold or rebuild
+        if self._refold and not self._inflight:
+            self._refold = False
             await self._rebuild()
         return True
+
+    def _refuse(self, pending: list[_Pending], cause: BaseException) -> None:
+        for p in pending:
+            if p.participant is not None:
+                p.participant.send_error(refusal(cause, p.frame.message_id))
 
     def _committed(self, entry: LogEntry, sender: Participant | None) -> None:
         self.head = max(self.head, entry.seq)
@@ -697,7 +806,7 @@ class Session:
                 self._inbox.extend(others)
                 self._space.set()
                 try:
-                    await self._commit(own)
+                    await self._commit_now(own)
                 except Exception:
                     log.exception("commit_failed", session_id=self.id)
                 if self.terminated:

@@ -18,11 +18,13 @@ pass one contract suite (``tests/contract``). What the suite holds every backend
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Sequence
 from typing import Final, Literal
 
 import msgspec
 
+from protocol.errors import StoreUnavailableError
 from protocol.frames import BufferGrant
 
 __all__ = [
@@ -198,6 +200,37 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def append(self, session_id: str, entries: Sequence[NewEntry]) -> list[AppendResult]:
         """Append atomically and durably, in order; duplicates (by message_id) keep their seq."""
+
+    def append_nowait(
+        self,
+        session_id: str,
+        entries: Sequence[NewEntry],
+        *,
+        after: asyncio.Future[list[AppendResult]] | None = None,
+    ) -> asyncio.Future[list[AppendResult]]:
+        """Start an :meth:`append` now; the future completes as the call would.
+
+        ``after`` is the future this store gave for the session's previous append, maybe
+        still in flight: this one is applied after it and only if it succeeded (the caller
+        folded these entries on top of that one's), else it fails unapplied, with
+        :class:`~protocol.errors.StoreUnavailableError` or the error of a call it was
+        merged into. This default waits for ``after`` before it calls :meth:`append`; a store
+        that keeps its own ordered queue (Redis) queues at once, so its next write goes out
+        the moment the one before is answered.
+        """
+        return asyncio.ensure_future(self._append_after(after, session_id, entries))
+
+    async def _append_after(
+        self,
+        after: asyncio.Future[list[AppendResult]] | None,
+        session_id: str,
+        entries: Sequence[NewEntry],
+    ) -> list[AppendResult]:
+        if after is not None:
+            await asyncio.wait([after])  # its outcome only: never cancels it
+            if after.cancelled() or after.exception() is not None:
+                raise StoreUnavailableError("not appended: the append before it failed")
+        return await self.append(session_id, entries)
 
     @abc.abstractmethod
     async def read(

@@ -87,9 +87,11 @@ APPEND_LUA: Final = r"""
 -- ARGV[3] msgpack(node_id): origin of the published batch
 -- ARGV[4] batch token: a retried call with the same token gets the first call's answer
 -- ARGV[5] the caller's FORMAT_VERSION (a newer header is refused)
--- ARGV[6..] five per entry, in order:
+-- ARGV[6] msgpack array of the entries, each an array of five strings:
 --   message_id | msgpack(message_id) msgpack(type) | head | tail
 --   | msgpack(sender_id) msgpack(sender_role) msgpack(exclude) msgpack(edges_only)
+--   (one argument for the whole batch: packing thousands of arguments cost the master more
+--   than the script cost Redis)
 -- The stored entry is LogEntry's msgpack array [seq, message_id, type, data, sender_id,
 -- sender_role, exclude, edges_only] with data = head .. seq .. tail, assembled from the
 -- pre-packed pieces (Lua never decodes the client's bytes).
@@ -110,17 +112,16 @@ local function bin(s)  -- msgpack bin8/16/32
 end
 
 local results, packed = {}, {}
-for i = 6, #ARGV, 5 do
-  local dup = redis.call('HGET', ids, ARGV[i])
+for _, e in ipairs(cmsgpack.unpack(ARGV[6])) do
+  local dup = redis.call('HGET', ids, e[1])
   if dup then
     results[#results + 1] = -tonumber(dup)
   else
     head = head + 1
     local seq = string.format('%d', head)
-    local entry = '\152' .. cmsgpack.pack(head) .. ARGV[i + 1]
-      .. bin(ARGV[i + 2] .. seq .. ARGV[i + 3]) .. ARGV[i + 4]
+    local entry = '\152' .. cmsgpack.pack(head) .. e[2] .. bin(e[3] .. seq .. e[4]) .. e[5]
     redis.call('XADD', log, seq .. '-0', 'e', entry)
-    redis.call('HSET', ids, ARGV[i], seq)
+    redis.call('HSET', ids, e[1], seq)
     results[#results + 1] = head
     packed[#packed + 1] = entry
   end
@@ -338,6 +339,24 @@ _participant_dec = msgspec.msgpack.Decoder(ParticipantRecord)
 _credential_dec = msgspec.msgpack.Decoder(Credential)
 _member_dec = msgspec.msgpack.Decoder(tuple[str, str])
 
+_SMALL_STR_HEADERS: Final = tuple(
+    bytes((0xA0 | n,)) if n < 32 else bytes((0xD9, n)) for n in range(256)
+)
+
+
+def _str_header(n: int) -> bytes:
+    """msgpack str header for ``n`` bytes: APPEND_LUA's cmsgpack decodes str, never bin."""
+    if n < 256:
+        return _SMALL_STR_HEADERS[n]
+    return b"\xda" + n.to_bytes(2, "big") if n < 65536 else b"\xdb" + n.to_bytes(4, "big")
+
+
+def _array_header(n: int) -> bytes:
+    if n < 16:
+        return bytes((0x90 | n,))
+    return b"\xdc" + n.to_bytes(2, "big") if n < 65536 else b"\xdd" + n.to_bytes(4, "big")
+
+
 _MAX_BATCH_ENTRIES: Final = 1024  # per script call: bounds how long one call holds Redis
 _MAX_BATCH_BYTES: Final = 4 << 20
 _FORK_CHUNK: Final = 512
@@ -431,6 +450,16 @@ def _mutex_key(session_id: str) -> str:
 class _Pending:
     entries: Sequence[NewEntry]
     future: asyncio.Future[list[AppendResult]]
+    after: asyncio.Future[list[AppendResult]] | None = None  # see Store.append_nowait
+
+    def orphaned(self) -> bool:
+        """The append it was folded on top of failed: it must not be applied."""
+        after = self.after
+        return (
+            after is not None
+            and after.done()
+            and (after.cancelled() or after.exception() is not None)
+        )
 
 
 @dataclass(slots=True)
@@ -675,11 +704,23 @@ class RedisStore(Store):
     # --- the log ----------------------------------------------------------------------------
 
     async def append(self, session_id: str, entries: Sequence[NewEntry]) -> list[AppendResult]:
+        return await self.append_nowait(session_id, entries)
+
+    def append_nowait(
+        self,
+        session_id: str,
+        entries: Sequence[NewEntry],
+        *,
+        after: asyncio.Future[list[AppendResult]] | None = None,
+    ) -> asyncio.Future[list[AppendResult]]:
+        """Queue the append at once behind the session's others (see the base class): the
+        drain sends it the moment the call before is answered, or fails it if that failed."""
         _check_id(session_id)
+        future: asyncio.Future[list[AppendResult]] = asyncio.get_running_loop().create_future()
         if self._closed:
-            raise StoreUnavailableError("the redis store is closed")
-        loop = asyncio.get_running_loop()
-        pending = _Pending(entries, loop.create_future())
+            future.set_exception(StoreUnavailableError("the redis store is closed"))
+            return future
+        pending = _Pending(entries, future, after)
         queue = self._queues.get(session_id)
         if queue is None:
             queue = self._queues[session_id] = _Queue()
@@ -689,17 +730,23 @@ class RedisStore(Store):
             queue.task = asyncio.create_task(self._drain(session_id, queue))
         else:
             queue.items.append(pending)
-        return await pending.future
+        return future
 
     async def _drain(self, session_id: str, queue: _Queue) -> None:
         """Run the queued appends, one script call per batch, until the queue is empty."""
         try:
             while queue.items:
-                batch = [queue.items.popleft()]
-                count = len(batch[0].entries)
+                first = queue.items.popleft()
+                if first.orphaned():
+                    self._orphan(first)
+                    continue
+                batch = [first]
+                count = len(first.entries)
                 size = sum(len(e.head) + len(e.tail) for e in batch[0].entries)
                 while queue.items:
                     nxt = queue.items[0]
+                    if nxt.orphaned():
+                        break  # failed on its own turn
                     more = sum(len(e.head) + len(e.tail) for e in nxt.entries)
                     if (
                         count + len(nxt.entries) > _MAX_BATCH_ENTRIES
@@ -738,25 +785,36 @@ class RedisStore(Store):
                 if not p.future.done():
                     p.future.set_exception(StoreUnavailableError("the redis store is closed"))
 
+    @staticmethod
+    def _orphan(pending: _Pending) -> None:
+        if not pending.future.done():
+            pending.future.set_exception(
+                StoreUnavailableError("not appended: the append before it failed")
+            )
+
     async def _append_batch(
         self, session_id: str, entries: Sequence[NewEntry]
     ) -> list[AppendResult]:
         k = _Keys.of(session_id)
+        encode = _enc.encode
+        parts = [_array_header(len(entries))]
+        add = parts.extend
+        for e in entries:
+            mid = e.message_id.encode()
+            pre = encode((e.message_id, e.type))[1:]  # [1:]: drop the fixarray header
+            post = encode((e.sender_id, e.sender_role, e.exclude, e.edges_only))[1:]
+            add((b"\x95", _str_header(len(mid)), mid, _str_header(len(pre)), pre))
+            add((_str_header(len(e.head)), e.head, _str_header(len(e.tail)), e.tail))
+            add((_str_header(len(post)), post))
+        batch = b"".join(parts)
         args: list[bytes | str | int] = [
             self.retention or 0,
             k.pub,
             self._node_packed,
             secrets.token_bytes(12),
             FORMAT_VERSION,
+            batch,
         ]
-        for e in entries:
-            args += [
-                e.message_id,
-                _enc.encode((e.message_id, e.type))[1:],  # [1:]: drop the fixarray header
-                e.head,
-                e.tail,
-                _enc.encode((e.sender_id, e.sender_role, e.exclude, e.edges_only))[1:],
-            ]
         self.batches += 1
         try:
             with _mapped():
@@ -996,16 +1054,17 @@ class RedisStore(Store):
         with _mapped():
             await self._client.publish(self.channel(session_id), payload)
 
-    async def subscribe(self, *session_ids: str) -> Subscription:
+    async def subscribe(self, *session_ids: str, own: bool = True) -> Subscription:
         """Receive every batch appended to these sessions from now on (any node's appends).
 
         Returns once Redis confirmed the subscriptions, so an append that starts after this
         returns is delivered. Use as ``async with await store.subscribe(s) as sub: async for
-        batch in sub: ...``. See :class:`Subscription` for outages.
+        batch in sub: ...``. See :class:`Subscription` for outages. ``own=False`` leaves out
+        the batches this node published, undecoded (a node delivers its own appends itself).
         """
         if self._closed:
             raise StoreUnavailableError("the redis store is closed")
-        sub = Subscription(self)
+        sub = Subscription(self, own=own)
         self._subscriptions.add(sub)
         if session_ids:
             try:
@@ -1035,8 +1094,10 @@ class Subscription:
 
     _CONFIRM_TIMEOUT: Final = 10.0
 
-    def __init__(self, store: RedisStore) -> None:
+    def __init__(self, store: RedisStore, *, own: bool = True) -> None:
         self._store = store
+        # a batch starts with msgpack [node_id, ...]: this prefix marks our node's own
+        self._own_prefix = None if own else b"\x92" + store._node_packed
         self._pubsub: Any = store._client.pubsub()
         self._queue: asyncio.Queue[Published | BaseException | None] = asyncio.Queue()
         self._confirm: dict[bytes, list[asyncio.Future[None]]] = {}
@@ -1106,6 +1167,9 @@ class Subscription:
                     # came before must be read from the log
                     self._queue.put_nowait(Published(session_id, "", []))
             elif msg["type"] == "message":
+                own = self._own_prefix
+                if own is not None and msg["data"].startswith(own):
+                    continue
                 try:
                     node_id, entries = _published_dec.decode(msg["data"])
                 except msgspec.DecodeError:

@@ -108,6 +108,24 @@ async def test_subscribe_receives_every_nodes_batches(backend: Backend) -> None:
 
 
 @redis_backends
+async def test_subscription_without_own_batches_skips_this_nodes(backend: Backend) -> None:
+    """With own=False a subscriber hears other nodes' batches only, never its own node's."""
+    node_a = redis_store(backend, node_id="node-a")
+    node_b = redis_store(backend, node_id="node-ab")  # node-a's id is a prefix of this one
+    s = await new_session(node_a)
+    async with await node_a.subscribe(s, own=False) as sub:
+        await node_a.append(s, [entry()])
+        await node_b.append(s, [entry()])
+        await node_a.append(s, [entry()])
+        await node_b.append(s, [entry()])
+        got = [await asyncio.wait_for(anext(sub), 5) for _ in range(2)]
+        assert [(p.node_id, [e.seq for e in p.entries]) for p in got] == [
+            ("node-ab", [2]),
+            ("node-ab", [4]),
+        ]
+
+
+@redis_backends
 async def test_duplicates_only_publish_nothing(backend: Backend) -> None:
     """A batch made only of duplicates is not published (nothing new to fan out)."""
     store = redis_store(backend)

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from protocol.errors import FormatVersionError
+from protocol.errors import FormatVersionError, StoreUnavailableError
 from relay.store.base import (
     FORMAT_VERSION,
     AppendResult,
@@ -145,6 +145,34 @@ async def test_concurrent_appends_stay_dense_and_atomic(store: Store) -> None:
     by_seq = {e.seq: e.message_id for e in await store.read(s)}
     for call, res in zip(calls, results, strict=True):
         assert [by_seq[r.seq] for r in res] == [e.message_id for e in call]
+
+
+async def test_appends_started_at_once_apply_in_call_order(store: Store) -> None:
+    """append_nowait calls chained with ``after`` get seqs in the order they were started."""
+    s = await new_session(store)
+    calls = [[entry() for _ in range(1 + i % 4)] for i in range(40)]
+    futures: list[asyncio.Future[list[AppendResult]]] = []
+    for call in calls:
+        futures.append(store.append_nowait(s, call, after=futures[-1] if futures else None))
+    await asyncio.gather(*futures)
+    logged = [e.message_id for e in await store.read(s)]
+    assert logged == [e.message_id for call in calls for e in call]
+
+
+async def test_an_append_after_a_failed_one_is_not_applied(store: Store) -> None:
+    """An append chained after a failed one of its session fails too, unapplied."""
+    s = await new_session(store)
+    await store.append(s, [entry()])
+    failed = store.append_nowait(s, [entry()])
+    await failed
+    # what the caller sees when that previous append failed (Redis down, say)
+    failed = asyncio.get_running_loop().create_future()
+    failed.set_exception(StoreUnavailableError("redis unreachable"))
+    behind = store.append_nowait(s, [entry(), entry()], after=failed)
+    with pytest.raises(StoreUnavailableError):
+        await behind
+    assert seqs(await store.read(s)) == [1, 2]
+    assert (await store.append(s, [entry()]))[0].seq == 3
 
 
 async def test_append_to_unknown_session_raises_key_error(store: Store) -> None:

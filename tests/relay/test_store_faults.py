@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -12,7 +13,7 @@ from relay.server import Master
 from relay.store.base import AppendResult, NewEntry
 from tests.e2e.conftest import API_KEY
 from tests.e2e.conftest import test_settings as settings_for
-from tests.support.wire import Peer
+from tests.support.wire import Peer, new_turn_id
 
 __all__: list[str] = []
 
@@ -62,3 +63,53 @@ async def test_a_refused_append_is_answered_and_the_session_goes_on(
     got = await edge.recv()
     assert got["message_id"] == accepted["message_id"]
     assert refused["message_id"] not in [e.message_id for e in await master.store.read(sid)]
+
+
+async def test_a_batch_folded_behind_a_refused_one_is_refused_too(
+    master: Master, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch folded while the one before was being appended is refused with it, unlogged."""
+    sid = "s-pipeline"
+    client = await Peer.open(master.ws_url, sid, token=API_KEY, create=True)
+    edge = await Peer.open(master.ws_url, sid, role="edge", token=API_KEY)
+    await client.recv()  # the edge's presence
+    real = master.store.append
+    gate = asyncio.Event()
+    held: list[Sequence[NewEntry]] = []
+
+    async def slow_then_refused(session_id: str, entries: Sequence[NewEntry]) -> list[AppendResult]:
+        if entries[0].sender_role == "client" and not held:
+            held.append(entries)
+            await gate.wait()
+            raise StoreUnavailableError("redis unreachable")
+        return await real(session_id, entries)
+
+    monkeypatch.setattr(master.store, "append", slow_then_refused)
+    turn = new_turn_id()
+    start = await client.send("session.turn.start", {"turn_id": turn, "turn_index": 0})
+    async with asyncio.timeout(5):
+        while not held:
+            await asyncio.sleep(0.005)
+    # valid only with the turn open, whose start is still on its way to the log
+    end = {"turn_id": turn, "stop_reason": "end_turn"}
+    delta = await client.send("session.turn.end", end)
+    session = master.hub.sessions[sid]
+    async with asyncio.timeout(5):
+        while len(session._inflight) < 2:  # folded on top of the turn start, append chained
+            await asyncio.sleep(0.005)
+    gate.set()
+    errors = [await client.recv(), await client.recv()]
+    assert [e["payload"]["error_code"] for e in errors] == ["store_unavailable"] * 2
+    assert start["message_id"] in errors[0]["payload"]["message"]
+    assert delta["message_id"] in errors[1]["payload"]["message"]
+    logged = [e.message_id for e in await master.store.read(sid)]
+    assert start["message_id"] not in logged
+    assert delta["message_id"] not in logged
+    # the state was rebuilt from the log: no turn is open, so its end is refused now
+    await client.send("session.turn.end", end)
+    refused = await client.recv()
+    assert refused["type"] == "session.error"
+    assert refused["payload"]["error_code"] != "store_unavailable"
+    again = await client.send("session.turn.start", {"turn_id": turn, "turn_index": 0})
+    got = await edge.recv()
+    assert got["message_id"] == again["message_id"]
