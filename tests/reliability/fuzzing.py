@@ -511,6 +511,13 @@ class InProcessFuzzer:
         edge = await self._connect(CONTROL, "edge")
         edge.keep = 10_000
         self._control = (client, edge)
+        # both attached and everything of their attaches written (welcome, backlog, presence):
+        # a fixed number of loop rounds is not enough on a loaded machine
+        async with asyncio.timeout(10):
+            while len(getattr(self.hub.sessions.get(CONTROL), "participants", ())) < 2:
+                await self._settle(1)
+            for participant in self.hub.sessions[CONTROL].participants.values():
+                await participant.outbox.drain(5)
         await self._settle()
         self._control_last = await self.hub.store.head_seq(CONTROL)
         edge.sent.clear()

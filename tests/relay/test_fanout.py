@@ -1,0 +1,93 @@
+"""The outbox: posted frames go out in order on flush, straight from the caller when it can."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.server import ServerConnection, serve
+
+from relay.fanout import Outbox
+
+__all__: list[str] = []
+
+
+@asynccontextmanager
+async def connected() -> AsyncIterator[tuple[ServerConnection, ClientConnection]]:
+    """A real WebSocket pair on 127.0.0.1: the server side (the outbox's sink) and a client."""
+    server_side: asyncio.Future[ServerConnection] = asyncio.get_running_loop().create_future()
+    done = asyncio.Event()
+
+    async def handler(ws: ServerConnection) -> None:
+        server_side.set_result(ws)
+        await done.wait()
+
+    async with serve(handler, "127.0.0.1", 0, compression=None) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        async with connect(f"ws://127.0.0.1:{port}", compression=None, max_size=None) as client:
+            ws = await asyncio.wait_for(server_side, 5)
+            try:
+                yield ws, client
+            finally:
+                done.set()
+
+
+def frame(i: int, size: int = 40) -> bytes:
+    return (b'{"n":%d,"pad":"' % i).ljust(size - 2, b"x") + b'"}'
+
+
+async def test_flush_writes_posted_frames_in_order_from_the_caller() -> None:
+    """An idle writer is not woken: flush itself writes, and the cursor moves before it returns."""
+    async with connected() as (ws, client):
+        sent: list[int] = []
+        outbox = Outbox(ws, limit_bytes=1 << 20, on_sent=sent.append, on_overflow=lambda: None)
+        outbox.start()
+        await asyncio.sleep(0.01)  # the writer is idle, waiting for work
+        for i in range(1, 6):
+            assert outbox.post(frame(i), seq=i)
+        assert sent == []  # posting alone writes nothing
+        outbox.flush()
+        assert sent == [5]
+        assert outbox.queued_bytes == 0
+        got = [await asyncio.wait_for(client.recv(decode=False), 5) for _ in range(5)]
+        assert got == [frame(i) for i in range(1, 6)]
+        outbox.close()
+
+
+async def test_a_paused_transport_leaves_the_rest_to_the_writer() -> None:
+    """When the socket stops taking bytes, flush stops; the writer finishes once it drains."""
+    async with connected() as (ws, client):
+        sent: list[int] = []
+        outbox = Outbox(ws, limit_bytes=64 << 20, on_sent=sent.append, on_overflow=lambda: None)
+        outbox.start()
+        await asyncio.sleep(0.01)
+        count, size = 4000, 4096  # 16 MiB: far more than the socket buffers take unread
+        for i in range(1, count + 1):
+            outbox.post(frame(i, size), seq=i)
+        outbox.flush()
+        assert outbox.queued_bytes > 0  # paused part-way: not everything fit
+        assert ws.paused
+        got = [await asyncio.wait_for(client.recv(decode=False), 10) for _ in range(count)]
+        assert got == [frame(i, size) for i in range(1, count + 1)]
+        assert await outbox.drain(5)
+        assert sent[-1] == count
+        outbox.close()
+
+
+async def test_posting_past_the_bound_closes_the_outbox_as_a_slow_consumer() -> None:
+    """A post that takes the queue past its byte bound is refused and reports the overflow."""
+    async with connected() as (ws, _client):
+        overflows: list[bool] = []
+        outbox = Outbox(
+            ws, limit_bytes=1000, on_sent=lambda _: None, on_overflow=lambda: overflows.append(True)
+        )
+        outbox.start()
+        assert outbox.post(frame(1, 600), seq=1)
+        assert not outbox.post(frame(2, 600), seq=2)
+        assert overflows == [True]
+        assert outbox.closed
+        assert not outbox.post(frame(3), seq=3)
+        outbox.flush()  # nothing left to write, nothing raised
+        assert outbox.queued_bytes == 0
