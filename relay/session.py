@@ -79,10 +79,10 @@ __all__ = ["Participant", "Session", "rebuild_state"]
 log = structlog.get_logger("rawp.session")
 
 _BATCH: Final = 512
-_DEPTH: Final = 2  # batches whose append is in flight at once (see _work)
-_BATCHES_PER_HOLD: Final = 16
+_DEPTH: Final = 2  # batches whose append is in flight at once (see _pipeline)
+_BATCHES_PER_HOLD: Final = 16  # then the lock is released, so attaches are not starved
 _FIRST: Final = asyncio.FIRST_COMPLETED
-_MAX_FLUSH_WAIT: Final = 0.02  # seconds: the most a delivery waits for the session's flush  # then the lock is released, so attaches are not starved
+_MAX_FLUSH_WAIT: Final = 0.02  # seconds: the most a delivery waits for the session's flush
 _RECENT_IDS: Final = 65536
 _SUPERSEDED: Final = 4409
 _NORMAL: Final = 1000
