@@ -35,6 +35,7 @@ pytest: setup
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 bench: setup
+	$(BIN)/uv sync --frozen --inexact --all-extras --group bench --quiet
 	$(BIN)/python -m bench $(ARGS)
 
 schemas: setup

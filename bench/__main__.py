@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any
 
 import bench
+from bench import _plot
 from bench._report import summary_markdown
 
 __all__ = ["Benchmark", "discover", "main"]
@@ -34,6 +35,8 @@ class Benchmark:
     description: str
     run: Callable[[argparse.Namespace], dict[str, Any]]
     markdown: Callable[[dict[str, Any]], str]
+    plot: Callable[[dict[str, Any], Path], dict[str, str]] | None = None
+    """Writes the benchmark's PNGs into a directory; returns {file name: caption}."""
 
 
 def discover() -> dict[str, Benchmark]:
@@ -57,6 +60,7 @@ def _benchmark(module: ModuleType) -> Benchmark:
         description=getattr(module, "DESCRIPTION", ""),
         run=module.run,
         markdown=getattr(module, "markdown", plain),
+        plot=getattr(module, "plot", None),
     )
 
 
@@ -98,6 +102,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         entry = benchmarks[name]
         print(f"== {name}: {entry.description}", flush=True)
         result = entry.run(args)
+        if entry.plot is not None and not args.no_save:
+            reason = _plot.missing()
+            if reason is None:
+                args.results.mkdir(parents=True, exist_ok=True)
+                result["plots"] = entry.plot(result, args.results)
+            else:
+                result["plots_missing"] = reason
         text = entry.markdown(result)
         print(text, flush=True)
         if not args.no_save:

@@ -31,7 +31,8 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
-from ._procs import API_KEY, percentiles, raise_nofile
+from ._plot import CURVE_QS
+from ._procs import API_KEY, percentile_curve, percentiles, raise_nofile
 from ._workload import AgentStream, frame_type, hello, read_stamp, stamp_ns
 from ._wsraw import RawWS, open_raw
 
@@ -268,6 +269,7 @@ async def role_latency(cfg: dict[str, Any], commands: Commands) -> None:
         "result",
         per_edge=[len(s) for s in samples],
         latency_us=percentiles(everything),
+        curve_us=percentile_curve(everything, CURVE_QS),
     )
     for ws in edges:
         await ws.close()

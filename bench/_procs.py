@@ -31,6 +31,7 @@ __all__ = [
     "Proc",
     "Worker",
     "cpu_seconds",
+    "percentile_curve",
     "percentiles",
     "raise_nofile",
     "redis_available",
@@ -93,6 +94,14 @@ def percentiles(values: Sequence[float], qs: Sequence[float] = (50, 99, 99.9)) -
     out["max"] = data[-1] if data else math.nan
     out["mean"] = sum(data) / len(data) if data else math.nan
     return out
+
+
+def percentile_curve(values: Sequence[float], qs: Sequence[float]) -> list[list[float]]:
+    """``[[q, nearest-rank percentile q], ...]`` (empty without values): a curve to plot."""
+    data = sorted(values)
+    if not data:
+        return []
+    return [[q, data[max(1, math.ceil(q / 100 * len(data))) - 1]] for q in qs]
 
 
 @dataclass
@@ -308,11 +317,11 @@ class RedisHandle:
 
 
 @contextlib.asynccontextmanager
-async def redis_server(directory: Path) -> AsyncIterator[RedisHandle]:
-    """Our own redis-server on a free port (never 6379), AOF fsynced always."""
+async def redis_server(directory: Path, appendfsync: str = "always") -> AsyncIterator[RedisHandle]:
+    """Our own redis-server on a free port (never 6379), AOF fsynced always (by default)."""
     from tests.support.redis_server import RedisServer
 
-    server = RedisServer(directory)
+    server = RedisServer(directory, appendfsync=appendfsync)
     await asyncio.to_thread(server.start)
     try:
         proc = server._proc

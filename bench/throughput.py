@@ -15,6 +15,9 @@ alternate between the relays so load from elsewhere on the machine hits them ali
 median round is reported. The relay's CPU use during the window shows it is the
 bottleneck (≈ 100 % of one core) rather than the load generator.
 
+Then the same for 1, 3, 10 and 30 edges (``--quick``: 1, 3, 10), one round per point: the
+curve by number of edges (plotted as PNG by ``make bench``).
+
 Aims: master (memory) ≥ 0.9× the baseline, master (Redis) ≥ 0.8×. When one is not met and
 py-spy is installed, an extra master round is sampled and the profile goes into the .md.
 """
@@ -29,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
+from ._plot import markdown_images, series_by_x
 from ._procs import (
     UNTHROTTLED,
     Proc,
@@ -42,16 +46,23 @@ from ._procs import (
 from ._profile import markdown_profile, pyspy_path, pyspy_record, summarise_collapsed
 from ._report import environment, figure, figures_table, now_iso, table
 
-__all__ = ["DESCRIPTION", "NAME", "markdown", "run"]
+__all__ = ["DESCRIPTION", "NAME", "markdown", "plot", "run"]
 
 NAME: Final = "throughput"
 DESCRIPTION: Final = "client → 3 edges frames/s: master (memory, redis) vs minimal fan-out relay"
 
 AIMS: Final = {"memory": 0.9, "redis": 0.8}
+EDGE_COUNTS: Final = (1, 3, 10, 30)
+EDGE_COUNTS_QUICK: Final = (1, 3, 10)
 
 
 async def _round(
-    variant: str, args: argparse.Namespace, workdir: Path, *, profile: Path | None = None
+    variant: str,
+    args: argparse.Namespace,
+    workdir: Path,
+    *,
+    profile: Path | None = None,
+    edges: int = 3,
 ) -> dict[str, Any]:
     loop = getattr(args, "loop", "asyncio")
     measure = 2.0 if args.quick else 5.0
@@ -73,7 +84,7 @@ async def _round(
                 "host": server.host,
                 "port": server.port,
                 "session_id": f"s-tp-{time.monotonic_ns()}",
-                "edges": 3,
+                "edges": edges,
                 "window": 2000,
                 "warmup_s": 1.5,
                 "measure_s": measure,
@@ -160,6 +171,20 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
                 await _round("baseline", args, workdir, profile=out)
                 if out.exists():
                     profiles["baseline"] = summarise_collapsed(out, 25)
+        # The curve by number of edges: one round per point, relays alternating.
+        by_edges: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
+        for n in EDGE_COUNTS_QUICK if args.quick else EDGE_COUNTS:
+            for variant in variants:
+                r = await _round(variant, args, workdir, edges=n)
+                by_edges[variant].append(
+                    {
+                        "edges": n,
+                        "frames_per_s": round(r["frames_per_s"]),
+                        "deliveries_per_s": round(n * r["frames_per_s"]),
+                        "relay_cpu": round(r["relay_cpu"], 2),
+                        "loadgen_cpu": round(r["loadgen_cpu"], 2),
+                    }
+                )
     base_cost = rows[0]["relay_us_per_frame"]
     for row in rows:
         row["cpu_ratio"] = round(base_cost / max(row["relay_us_per_frame"], 1e-9), 3)
@@ -185,6 +210,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         "loop": getattr(args, "loop", "asyncio"),
         "rounds": rounds,
         "rows": rows,
+        "by_edges": by_edges,
         "redis_skipped": redis_missing,
         "profiles": profiles,
         "figures": figures,
@@ -196,6 +222,30 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Measure every variant (see the module docstring)."""
     return asyncio.run(_run(args))
+
+
+def plot(result: dict[str, Any], directory: Path) -> dict[str, str]:
+    """Deliveries/s and frames/s by number of edges, one line per relay."""
+    by_edges = result.get("by_edges", {})
+    if not by_edges:
+        return {}
+    out: dict[str, str] = {}
+    for key, label in (("deliveries_per_s", "deliveries/s"), ("frames_per_s", "frames/s")):
+        name = f"{NAME}-{key.split('_')[0]}-by-edges.png"
+        series_by_x(
+            directory / name,
+            f"Relay throughput by number of edges: {label}",
+            {_label(v): [[p["edges"], p[key]] for p in points] for v, points in by_edges.items()},
+            x_label="edges attached to the session",
+            y_label=label,
+            log_x=True,
+        )
+        out[name] = f"{label} by number of edges"
+    return out
+
+
+def _label(variant: str) -> str:
+    return "minimal relay (baseline)" if variant == "baseline" else f"master, {variant} store"
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -244,6 +294,29 @@ def markdown(result: dict[str, Any]) -> str:
         "else took the core or it waits on I/O (Redis: the fsync of each batch).",
         "",
     ]
+    by_edges = result.get("by_edges", {})
+    if by_edges:
+        counts = [p["edges"] for p in next(iter(by_edges.values()))]
+        lines += [
+            "#### By number of edges (one round per point)",
+            "",
+            table(
+                ["relay", *(f"{n} edge{'s' if n > 1 else ''}: frames/s" for n in counts)],
+                [
+                    [_label(variant)]
+                    + [
+                        f"{p['frames_per_s']:,} ({100 * p['relay_cpu']:.0f} % relay, "
+                        f"{100 * p['loadgen_cpu']:.0f} % load-gen CPU)"
+                        for p in points
+                    ]
+                    for variant, points in by_edges.items()
+                ],
+            ),
+            "With more edges the load generator, which reads every delivery, takes more of "
+            "the second core: the relay's own share is in brackets.",
+            "",
+        ]
+    lines += markdown_images(result)
     if result.get("redis_skipped"):
         lines += [f"Redis variant skipped: {result['redis_skipped']}.", ""]
     for variant, summary in result.get("profiles", {}).items():

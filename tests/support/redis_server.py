@@ -83,6 +83,7 @@ class RedisServer:
         cluster: bool = False,
         tls: bool = False,
         binary: str | None = None,
+        appendfsync: str = "always",
     ) -> None:
         found = binary or redis_server_binary()
         if found is None:
@@ -92,6 +93,7 @@ class RedisServer:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.cluster = cluster
         self.tls = tls
+        self.appendfsync = appendfsync  # "always" unless a benchmark compares policies
         if tls:
             self._make_certificate()
         self._fixed_port = port is not None
@@ -187,7 +189,7 @@ class RedisServer:
             "--appendonly",
             "yes",
             "--appendfsync",
-            "always",
+            self.appendfsync,
             "--daemonize",
             "no",
             "--logfile",
