@@ -19,6 +19,7 @@ import resource
 import signal
 import sys
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,6 +130,23 @@ class Proc:
 
     def rss_kib(self) -> int:
         return rss_kib(self.pid)
+
+    async def metrics(self) -> dict[str, float]:
+        """The master's Prometheus samples without labels, by name (empty for the baseline)."""
+        if not self.http_url:
+            return {}
+
+        def fetch() -> str:
+            with urllib.request.urlopen(self.http_url.rstrip("/") + "/metrics", timeout=5) as r:
+                return str(r.read().decode())
+
+        samples: dict[str, float] = {}
+        for line in (await asyncio.to_thread(fetch)).splitlines():
+            name, _, value = line.partition(" ")
+            if line and not line.startswith("#") and "{" not in name:
+                with contextlib.suppress(ValueError):
+                    samples[name] = float(value)
+        return samples
 
     def cpu_seconds(self) -> float:
         return cpu_seconds(self.pid)

@@ -94,6 +94,7 @@ async def _measure(
         await client.send(cmd="close")
         await client.finish()
         await edges.finish()
+        metrics = await server.metrics()
     finally:
         await server.stop()
         if redis_ctx is not None:
@@ -113,6 +114,18 @@ async def _measure(
         "mean_ms": lat["mean"] / 1000,
         "curve_ms": [[q, us / 1000] for q, us in result.get("curve_us", [])],
         "relay_cpu": round((c1 - c0) / (t1 - t0), 2),
+        # where a Redis frame's time goes: its batch's append, from hand-off to durable reply
+        **_append_figures(metrics),
+    }
+
+
+def _append_figures(metrics: dict[str, float]) -> dict[str, float]:
+    appends = metrics.get("rawp_store_append_seconds_count", 0.0)
+    if not appends:
+        return {}
+    return {
+        "append_mean_ms": 1000 * metrics["rawp_store_append_seconds_sum"] / appends,
+        "frames_per_append": metrics.get("rawp_frames_in_total", 0.0) / appends,
     }
 
 
@@ -211,6 +224,9 @@ def _median_row(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     row = dict(rounds[len(rounds) // 2])
     for key in ("p50_ms", "p99_ms", "p999_ms", "max_ms", "mean_ms", "relay_cpu"):
         row[key] = statistics.median(r[key] for r in rounds)
+    for key in ("append_mean_ms", "frames_per_append"):
+        if all(key in r for r in rounds):
+            row[key] = statistics.median(r[key] for r in rounds)
     row["samples"] = sum(r["samples"] for r in rounds)
     row["client_errors"] = sum(r["client_errors"] for r in rounds)
     row["rounds_p99_ms"] = [round(r["p99_ms"], 2) for r in rounds]
@@ -240,6 +256,7 @@ def markdown(result: dict[str, Any]) -> str:
                 "max ms",
                 "p50 / p99 of each round",
                 "relay CPU",
+                "store append mean ms (frames per append)",
             ],
             [
                 [
@@ -255,6 +272,9 @@ def markdown(result: dict[str, Any]) -> str:
                         for a, b in zip(r["rounds_p50_ms"], r["rounds_p99_ms"], strict=True)
                     ),
                     f"{100 * r['relay_cpu']:.0f} %",
+                    f"{r['append_mean_ms']:.2f} ({r['frames_per_append']:.1f})"
+                    if "append_mean_ms" in r
+                    else "–",
                 ]
                 for r in result["rows"]
             ],
