@@ -126,28 +126,30 @@ SenderRole = Literal["client", "edge", "master"]
 Policy = Literal["RING", "DROP", "NONE"]
 
 
-class _Payload(Struct, kw_only=True, omit_defaults=True):
+# Every Struct here is gc=False: frames are trees decoded from JSON and never part of a
+# reference cycle, and not tracking them made decoding ~4 % faster (bench: validation).
+class _Payload(Struct, gc=False, kw_only=True, omit_defaults=True):
     """Base of every payload: keyword-only, defaults omitted on encode."""
 
 
 # --- envelope ----------------------------------------------------------------------------
 
 
-class Sender(Struct, kw_only=True):
+class Sender(Struct, gc=False, kw_only=True):
     """Who sent a frame; stamped by the master on delivery (notes §3, §15.2)."""
 
     role: SenderRole
     participant_id: Id
 
 
-class Metadata(Struct, kw_only=True, omit_defaults=True):
+class Metadata(Struct, gc=False, kw_only=True, omit_defaults=True):
     """Envelope metadata. Other keys are allowed and relayed untouched."""
 
     synthetic: bool = False
     ignorable: bool = False
 
 
-class Frame(Struct, tag_field="type", kw_only=True, omit_defaults=True):
+class Frame(Struct, gc=False, tag_field="type", kw_only=True, omit_defaults=True):
     """The envelope shared by every frame (notes §3)."""
 
     message_id: Id
@@ -168,7 +170,7 @@ class Frame(Struct, tag_field="type", kw_only=True, omit_defaults=True):
         return self.metadata is not None and self.metadata.synthetic
 
 
-class GenericFrame(Struct, kw_only=True):
+class GenericFrame(Struct, gc=False, kw_only=True):
     """Any envelope, payload kept raw: used for unknown (``ignorable``) types."""
 
     type: NonEmpty
@@ -189,21 +191,21 @@ class GenericFrame(Struct, kw_only=True):
 # --- connection.* (notes §4, §5) ----------------------------------------------------------
 
 
-class Resume(Struct, kw_only=True, omit_defaults=True):
+class Resume(Struct, gc=False, kw_only=True, omit_defaults=True):
     """Where a reattaching participant's view ends: it has every seq up to ``last_seq``."""
 
     last_seq: Seq
     last_message_id: str | None = None
 
 
-class BufferRequest(Struct, kw_only=True):
+class BufferRequest(Struct, gc=False, kw_only=True):
     """The reattach buffer a participant asks for (capped by the server)."""
 
     policy: Policy
     capacity_bytes: Count
 
 
-class BufferGrant(Struct, kw_only=True):
+class BufferGrant(Struct, gc=False, kw_only=True):
     """The reattach buffer the master granted."""
 
     policy: Policy
@@ -230,7 +232,7 @@ class HelloPayload(_Payload):
     create: CreateSpec | None = None
 
 
-class SessionInfo(Struct, kw_only=True):
+class SessionInfo(Struct, gc=False, kw_only=True):
     """The session as the welcome describes it."""
 
     session_id: Id
@@ -241,7 +243,7 @@ class SessionInfo(Struct, kw_only=True):
     created_at: Timestamp
 
 
-class Received(Struct, kw_only=True):
+class Received(Struct, gc=False, kw_only=True):
     """The last frame the master committed from this participant."""
 
     last_message_id: str | None = None
@@ -332,11 +334,19 @@ class TokenUsage(_Payload):
 
 
 class CostUsage(_Payload):
-    """§7.3.1 cost_usage; ``limit`` -1 means unlimited."""
+    """§7.3.1 cost_usage; ``limit`` -1 means unlimited, else an amount (≥ 0)."""
 
-    limit: Annotated[float, Meta(ge=-1)]
+    limit: Annotated[
+        float,
+        Meta(ge=-1, extra_json_schema={"not": {"exclusiveMinimum": -1, "exclusiveMaximum": 0}}),
+    ]
     used: Annotated[float, Meta(ge=0)]
     unit: NonEmpty
+
+    def __post_init__(self) -> None:
+        # -1 is a sentinel, not the low end of a range: -0.5 means nothing
+        if -1 < self.limit < 0:
+            raise ValueError("cost_usage.limit is -1 (unlimited) or an amount of at least 0")
 
 
 class MessageUsage(_Payload):
