@@ -117,6 +117,7 @@ async def _main(args: argparse.Namespace) -> None:
     configure_logging(settings.log_format, settings.log_level)
     master = Master(settings)
     await master.start()
+    gc.freeze()  # as `rawp serve` does once started
     print(f"RAWP master: ws {master.ws_url}  http {master.http_url}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
