@@ -27,6 +27,14 @@ async def master() -> AsyncIterator[Master]:
     await started.stop()
 
 
+async def client_and_edge(master: Master, sid: str) -> tuple[Peer, Peer]:
+    """A new session's client and one edge, the edge's presence already read by the client."""
+    client = await Peer.open(master.ws_url, sid, token=API_KEY, create=True)
+    edge = await Peer.open(master.ws_url, sid, role="edge", token=API_KEY)
+    await client.recv()  # the edge's presence
+    return client, edge
+
+
 @pytest.mark.parametrize(
     ("failure", "code"),
     [
@@ -41,9 +49,7 @@ async def test_a_refused_append_is_answered_and_the_session_goes_on(
 ) -> None:
     """The sender gets a non-fatal session.error naming the frame; the next frame flows."""
     sid = "s-faults"
-    client = await Peer.open(master.ws_url, sid, token=API_KEY, create=True)
-    edge = await Peer.open(master.ws_url, sid, role="edge", token=API_KEY)
-    await client.recv()  # the edge's presence
+    client, edge = await client_and_edge(master, sid)
     real = master.store.append
     failures = [failure]
 
@@ -70,9 +76,7 @@ async def test_a_batch_folded_behind_a_refused_one_is_refused_too(
 ) -> None:
     """A batch folded while the one before was being appended is refused with it, unlogged."""
     sid = "s-pipeline"
-    client = await Peer.open(master.ws_url, sid, token=API_KEY, create=True)
-    edge = await Peer.open(master.ws_url, sid, role="edge", token=API_KEY)
-    await client.recv()  # the edge's presence
+    client, edge = await client_and_edge(master, sid)
     real = master.store.append
     gate = asyncio.Event()
     held: list[Sequence[NewEntry]] = []
