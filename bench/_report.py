@@ -17,7 +17,45 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["environment", "figure", "figures_table", "now_iso", "summary_markdown", "table"]
+__all__ = [
+    "environment",
+    "figure",
+    "figures_table",
+    "markdown_footer",
+    "now_iso",
+    "relay_label",
+    "summary_markdown",
+    "table",
+]
+
+
+def relay_label(variant: str) -> str:
+    """How a report names a relay variant ("baseline", "memory", "redis")."""
+    return "minimal relay (baseline)" if variant == "baseline" else f"master, {variant} store"
+
+
+def markdown_footer(
+    result: dict[str, Any], *, profile_title: str = "py-spy profile: {}"
+) -> list[str]:
+    """The end of a benchmark's report: plots, a skipped Redis variant, the profiles by
+    variant (``profile_title`` formatted with the variant), and where and how it was run."""
+    from ._plot import markdown_images
+    from ._profile import markdown_profile
+
+    env = result["environment"]
+    lines = markdown_images(result)
+    if result.get("redis_skipped"):
+        lines += [f"Redis variant skipped: {result['redis_skipped']}.", ""]
+    for variant, summary in result.get("profiles", {}).items():
+        lines.append(markdown_profile(profile_title.format(variant), summary))
+    load = " ".join(env.get("loadavg_at_start", [])) or "unknown"
+    lines += [
+        f"Python {env['python']}, websockets {env['websockets']}, msgspec {env['msgspec']}, "
+        f"{env['cpus']} CPUs, load average at start {load}; run {result['generated_at']}. "
+        f"Reproduce: `{result['command']}`.",
+        "",
+    ]
+    return lines
 
 
 def now_iso() -> str:

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
-from ._plot import CURVE_QS, markdown_images, percentile_curves
+from ._plot import CURVE_QS, percentile_curves
 from ._procs import (
     UNTHROTTLED,
     cpu_seconds,
@@ -40,8 +40,8 @@ from ._procs import (
     start_master,
     start_worker,
 )
-from ._profile import markdown_profile, pyspy_path, pyspy_record, summarise_collapsed
-from ._report import environment, figure, figures_table, now_iso, table
+from ._profile import pyspy_path, pyspy_record, summarise_collapsed
+from ._report import environment, figure, figures_table, markdown_footer, now_iso, table
 
 __all__ = ["DESCRIPTION", "NAME", "markdown", "plot", "run"]
 
@@ -220,7 +220,6 @@ def plot(result: dict[str, Any], directory: Path) -> dict[str, str]:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    env = result["environment"]
     r = result
     rp = r["replay_ms"]
     lines = [
@@ -272,15 +271,6 @@ def markdown(result: dict[str, Any]) -> str:
         "edge instead of one per frame (relay/session.py).",
         "",
     ]
-    lines += markdown_images(r)
-    if r.get("profile"):
-        lines.append(
-            markdown_profile("py-spy profile of the master during the churn", r["profile"])
-        )
-    lines += [
-        f"Python {env['python']}, {env['cpus']} CPUs, load average at start "
-        f"{' '.join(env['loadavg_at_start'])}; run {r['generated_at']}. "
-        f"Reproduce: `{r['command']}`.",
-        "",
-    ]
+    profiles = {"the master during the churn": r["profile"]} if r.get("profile") else {}
+    lines += markdown_footer({**r, "profiles": profiles}, profile_title="py-spy profile of {}")
     return "\n".join(lines)

@@ -25,7 +25,7 @@ import time
 from typing import Any, Final
 
 from ._procs import Proc, start_baseline, start_master, start_worker
-from ._report import environment, figure, figures_table, now_iso, table
+from ._report import environment, figure, figures_table, markdown_footer, now_iso, table
 
 __all__ = ["DESCRIPTION", "NAME", "markdown", "run"]
 
@@ -159,7 +159,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    env = result["environment"]
     lines = [
         "# Memory per idle attached edge",
         "",
@@ -195,8 +194,5 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['sessions']} sessions, each with its client attached, edges spread evenly. "
         "RSS from /proc/PID/status after it stopped moving.",
         "",
-        f"Python {env['python']}, websockets {env['websockets']}, {env['cpus']} CPUs; run "
-        f"{result['generated_at']}. Reproduce: `{result['command']}`.",
-        "",
     ]
-    return "\n".join(lines)
+    return "\n".join(lines + markdown_footer(result))

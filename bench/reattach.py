@@ -34,8 +34,8 @@ from ._procs import (
     start_baseline,
     start_master,
 )
-from ._profile import markdown_profile, pyspy_path, pyspy_record, summarise_collapsed
-from ._report import environment, figure, figures_table, now_iso, table
+from ._profile import pyspy_path, pyspy_record, summarise_collapsed
+from ._report import environment, figure, figures_table, markdown_footer, now_iso, table
 from ._workload import AgentStream, frame_type, hello
 from ._wsraw import open_raw
 
@@ -226,7 +226,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    env = result["environment"]
     lines = [
         f"# Reattach with a {result['backlog']:,}-frame backlog",
         "",
@@ -266,14 +265,5 @@ def markdown(result: dict[str, Any]) -> str:
         "10 ms ticks) is the figure other load disturbs least.",
         "",
     ]
-    if result.get("redis_skipped"):
-        lines += [f"Redis variant skipped: {result['redis_skipped']}.", ""]
-    for variant, summary in result.get("profiles", {}).items():
-        lines.append(markdown_profile(f"py-spy profile: {variant} (60 reattaches)", summary))
-    lines += [
-        f"Python {env['python']}, {env['cpus']} CPUs, load average at start "
-        f"{' '.join(env['loadavg_at_start'])}; run {result['generated_at']}. "
-        f"Reproduce: `{result['command']}`.",
-        "",
-    ]
+    lines += markdown_footer(result, profile_title="py-spy profile: {} (60 reattaches)")
     return "\n".join(lines)

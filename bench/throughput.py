@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
-from ._plot import markdown_images, series_by_x
+from ._plot import series_by_x
 from ._procs import (
     UNTHROTTLED,
     Proc,
@@ -43,8 +43,16 @@ from ._procs import (
     start_master,
     start_worker,
 )
-from ._profile import markdown_profile, pyspy_path, pyspy_record, summarise_collapsed
-from ._report import environment, figure, figures_table, now_iso, table
+from ._profile import pyspy_path, pyspy_record, summarise_collapsed
+from ._report import (
+    environment,
+    figure,
+    figures_table,
+    markdown_footer,
+    now_iso,
+    relay_label,
+    table,
+)
 
 __all__ = ["DESCRIPTION", "NAME", "markdown", "plot", "run"]
 
@@ -235,7 +243,10 @@ def plot(result: dict[str, Any], directory: Path) -> dict[str, str]:
         series_by_x(
             directory / name,
             f"Relay throughput by number of edges: {label}",
-            {_label(v): [[p["edges"], p[key]] for p in points] for v, points in by_edges.items()},
+            {
+                relay_label(v): [[p["edges"], p[key]] for p in points]
+                for v, points in by_edges.items()
+            },
             x_label="edges attached to the session",
             y_label=label,
             log_x=True,
@@ -244,12 +255,7 @@ def plot(result: dict[str, Any], directory: Path) -> dict[str, str]:
     return out
 
 
-def _label(variant: str) -> str:
-    return "minimal relay (baseline)" if variant == "baseline" else f"master, {variant} store"
-
-
 def markdown(result: dict[str, Any]) -> str:
-    env = result["environment"]
     lines = [
         "# Relay throughput: one client → 3 edges",
         "",
@@ -303,7 +309,7 @@ def markdown(result: dict[str, Any]) -> str:
             table(
                 ["relay", *(f"{n} edge{'s' if n > 1 else ''}: frames/s" for n in counts)],
                 [
-                    [_label(variant)]
+                    [relay_label(variant)]
                     + [
                         f"{p['frames_per_s']:,} ({100 * p['relay_cpu']:.0f} % relay, "
                         f"{100 * p['loadgen_cpu']:.0f} % load-gen CPU)"
@@ -316,15 +322,4 @@ def markdown(result: dict[str, Any]) -> str:
             "the second core: the relay's own share is in brackets.",
             "",
         ]
-    lines += markdown_images(result)
-    if result.get("redis_skipped"):
-        lines += [f"Redis variant skipped: {result['redis_skipped']}.", ""]
-    for variant, summary in result.get("profiles", {}).items():
-        lines.append(markdown_profile(f"py-spy profile: {variant}", summary))
-    lines += [
-        f"Python {env['python']}, websockets {env['websockets']}, msgspec {env['msgspec']}, "
-        f"{env['cpus']} CPUs, load average at start {' '.join(env['loadavg_at_start'])}; "
-        f"run {result['generated_at']}. Reproduce: `{result['command']}`.",
-        "",
-    ]
-    return "\n".join(lines)
+    return "\n".join(lines + markdown_footer(result))
