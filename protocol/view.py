@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias, TypeVar
 
 import msgspec
 
@@ -226,6 +226,7 @@ Block: TypeAlias = (
     | CompactionBlock
     | NoticeBlock
 )
+_Streamed = TypeVar("_Streamed", TextBlock, ThinkingBlock)  # blocks built up from deltas
 
 
 class Totals(msgspec.Struct, kw_only=True):
@@ -294,35 +295,22 @@ class _Renderer:
         elif isinstance(frame, TurnEnd):
             self._end_turn(frame, synthetic)
         elif isinstance(frame, TextDelta):
-            text = self._text.get(frame.payload.block_id)
-            if text is None:
-                text = TextBlock(block_id=frame.payload.block_id, **base)
-                self._text[text.block_id] = text
-                self.blocks.append(text)
-            text.text += frame.payload.delta
+            self._block(
+                self._text, TextBlock, frame.payload.block_id, base
+            ).text += frame.payload.delta
         elif isinstance(frame, TextDone):
-            text = self._text.get(frame.payload.block_id)
-            if text is None:  # a done without deltas: an empty (or given) text block
-                text = TextBlock(block_id=frame.payload.block_id, **base)
-                self._text[text.block_id] = text
-                self.blocks.append(text)
+            # a done without deltas: an empty (or given) text block
+            text = self._block(self._text, TextBlock, frame.payload.block_id, base)
             if frame.payload.text is not None:
                 text.text = frame.payload.text
             text.done = True
             text.synthetic = synthetic
         elif isinstance(frame, ThinkingDelta):
-            thinking = self._thinking.get(frame.payload.block_id)
-            if thinking is None:
-                thinking = ThinkingBlock(block_id=frame.payload.block_id, **base)
-                self._thinking[thinking.block_id] = thinking
-                self.blocks.append(thinking)
-            thinking.text += frame.payload.delta
+            self._block(
+                self._thinking, ThinkingBlock, frame.payload.block_id, base
+            ).text += frame.payload.delta
         elif isinstance(frame, ThinkingDone):
-            thinking = self._thinking.get(frame.payload.block_id)
-            if thinking is None:
-                thinking = ThinkingBlock(block_id=frame.payload.block_id, **base)
-                self._thinking[thinking.block_id] = thinking
-                self.blocks.append(thinking)
+            thinking = self._block(self._thinking, ThinkingBlock, frame.payload.block_id, base)
             thinking.done = True
             thinking.synthetic = synthetic
         elif isinstance(frame, ToolRequest):
@@ -383,6 +371,20 @@ class _Renderer:
             self.totals.compactions += 1
         else:
             self._notice(frame, base)
+
+    def _block(
+        self,
+        by_id: dict[str, _Streamed],
+        kind: type[_Streamed],
+        block_id: str,
+        base: dict[str, Any],
+    ) -> _Streamed:
+        """The text or thinking block ``block_id``, opened (and shown) at its first frame."""
+        block = by_id.get(block_id)
+        if block is None:
+            block = by_id[block_id] = kind(block_id=block_id, **base)
+            self.blocks.append(block)
+        return block
 
     def _end_turn(self, frame: TurnEnd, synthetic: bool) -> None:
         p = frame.payload

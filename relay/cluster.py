@@ -83,7 +83,6 @@ _FENCE: Final = "rawp.fence"  # control entry: close participant ``message_id`` 
 _FENCED: Final = "rawp.fenced"  # control entry: the answer
 _SUPERSEDED: Final = 4409
 _GOING_AWAY: Final = 1001
-_NORMAL: Final = 1000
 
 
 def _check_cancelled() -> None:
@@ -455,17 +454,7 @@ class ClusterNode(Node):
     async def _close_deleted(self, session: Session) -> None:
         try:
             async with session.lock:  # after whatever holds it now (e.g. an attach) is done
-                attached = list(session.participants.values())
-                timeout = self.hub.settings.shutdown_timeout_s
-                await asyncio.gather(*(q.outbox.drain(timeout) for q in attached))
-                for q in attached:
-                    q.fenced = True
-                    q.outbox.close()
-                await asyncio.gather(
-                    *(q.sink.close(_NORMAL, "session deleted") for q in attached),
-                    return_exceptions=True,
-                )
-                session.participants.clear()
+                await session.close_participants("session deleted")
                 self.hub.forget(session)
         finally:
             session.ended.set()  # a hello that waited for the deletion resolves the id again

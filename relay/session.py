@@ -932,24 +932,27 @@ class Session:
         self._space.set()
         self._wake.set()  # lets the worker see ``terminated`` and end
         try:
-            attached = list(self.participants.values())
-            await asyncio.gather(
-                *(q.outbox.drain(self.hub.settings.shutdown_timeout_s) for q in attached)
-            )
-            for q in attached:
-                q.fenced = True
-                q.outbox.close()
-            await asyncio.gather(
-                *(q.sink.close(_NORMAL, f"session deleted ({reason})") for q in attached),
-                return_exceptions=True,
-            )
-            self.participants.clear()
+            await self.close_participants(f"session deleted ({reason})")
             with contextlib.suppress(StoreUnavailableError):
                 await self.hub.store.delete_session(self.id)
             self.hub.forget(self)
         finally:
             self.ended.set()
         log.info("session_deleted", session_id=self.id, reason=reason, deleted_by=deleted_by)
+
+    async def close_participants(self, reason: str) -> None:
+        """Let each attached participant's queued frames out (bounded), fence it, close it
+        1000 with ``reason``, and forget it: the end of a deleted session on this node."""
+        attached = list(self.participants.values())
+        timeout = self.hub.settings.shutdown_timeout_s
+        await asyncio.gather(*(q.outbox.drain(timeout) for q in attached))
+        for q in attached:
+            q.fenced = True
+            q.outbox.close()
+        await asyncio.gather(
+            *(q.sink.close(_NORMAL, reason) for q in attached), return_exceptions=True
+        )
+        self.participants.clear()
 
 
 def _new_participant_id() -> str:
