@@ -181,7 +181,7 @@ class Participant:
         self.outbox.put(codec.encode(frame))
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
     """A frame folded into the state and waiting for its batch to be appended."""
 
@@ -491,6 +491,8 @@ class Session:
                 loop.call_later(wait, self._flush_outboxes)
             else:
                 loop.call_soon(self._flush_outboxes)
+        if not self.listeners:  # nothing listens (no SSE watcher, no other node): no copy
+            return
         for listener in tuple(self.listeners):
             listener(entry)
 

@@ -105,6 +105,7 @@ class MemoryStore(Store):
         if s is None:
             raise KeyError(session_id)
         results: list[AppendResult] = []
+        added = 0
         for e in entries:
             dup = s.by_message_id.get(e.message_id)
             if dup is not None:
@@ -115,7 +116,8 @@ class MemoryStore(Store):
             s.by_message_id[e.message_id] = seq
             s.entries.append(e.committed(seq))
             results.append(AppendResult(seq=seq))
-        s.header.revision += len(entries)
+            added += 1
+        s.header.revision += added  # duplicates change nothing (as in the Redis script)
         if self._retention is not None and len(s.entries) > self._retention:
             cut = len(s.entries) - self._retention
             del s.entries[:cut]

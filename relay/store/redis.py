@@ -451,6 +451,10 @@ class _Pending:
     entries: Sequence[NewEntry]
     future: asyncio.Future[list[AppendResult]]
     after: asyncio.Future[list[AppendResult]] | None = None  # see Store.append_nowait
+    size: int = field(init=False)  # bytes of the entries, for the batch bound
+
+    def __post_init__(self) -> None:
+        self.size = sum(len(e.head) + len(e.tail) for e in self.entries)
 
     def orphaned(self) -> bool:
         """The append it was folded on top of failed: it must not be applied."""
@@ -741,21 +745,19 @@ class RedisStore(Store):
                     self._orphan(first)
                     continue
                 batch = [first]
-                count = len(first.entries)
-                size = sum(len(e.head) + len(e.tail) for e in batch[0].entries)
+                count, size = len(first.entries), first.size
                 while queue.items:
                     nxt = queue.items[0]
                     if nxt.orphaned():
                         break  # failed on its own turn
-                    more = sum(len(e.head) + len(e.tail) for e in nxt.entries)
                     if (
                         count + len(nxt.entries) > _MAX_BATCH_ENTRIES
-                        or size + more > _MAX_BATCH_BYTES
+                        or size + nxt.size > _MAX_BATCH_BYTES
                     ):
                         break
                     batch.append(queue.items.popleft())
                     count += len(nxt.entries)
-                    size += more
+                    size += nxt.size
                 try:
                     results = await self._append_batch(
                         session_id, [e for p in batch for e in p.entries]

@@ -444,6 +444,22 @@ async def test_list_revision_changes_with_log_and_header(store: Store) -> None:
     assert got.revision == r2
 
 
+async def test_an_append_of_duplicates_only_leaves_the_revision(store: Store) -> None:
+    """Re-sent entries change nothing, so the session's revision stays where it was."""
+    s = await new_session(store)
+    e = entry()
+    await store.append(s, [e])
+
+    async def revision() -> int:
+        header = await store.get_session(s)
+        assert header is not None
+        return header.revision
+
+    before = await revision()
+    assert (await store.append(s, [entry(e.message_id)]))[0].duplicate
+    assert await revision() == before
+
+
 async def test_rename_session(store: Store) -> None:
     """rename changes the header's name (seen by get and list); unknown ids are ignored."""
     s = await new_session(store, workspace="ws-rename")
