@@ -98,8 +98,7 @@ async def _command(master: Master, words: list[str], stop: asyncio.Event) -> dic
         total = sum(s.size_diff for s in stats)
         rows = [
             [
-                f"{s.traceback[0].filename.split('site-packages/')[-1].split('/work/main/')[-1]}"
-                f":{s.traceback[0].lineno}",
+                f"{_relative(s.traceback[0].filename)}:{s.traceback[0].lineno}",
                 s.size_diff,
                 s.count_diff,
             ]
@@ -133,6 +132,14 @@ async def _main(args: argparse.Namespace) -> None:
     for task in tasks:
         task.cancel()
     await master.stop()
+
+
+_REPO_ROOT = str(Path(__file__).resolve().parent.parent) + "/"
+
+
+def _relative(filename: str) -> str:
+    """A traced file's path inside site-packages or this checkout, for short report rows."""
+    return filename.split("site-packages/")[-1].removeprefix(_REPO_ROOT)
 
 
 def main() -> None:

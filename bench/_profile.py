@@ -81,7 +81,8 @@ def _area(path: str) -> str:
 
 
 def _short(path: str) -> str:
-    for marker in ("site-packages/", "/work/main/", "lib/python3.11/"):
+    checkout = str(Path(__file__).resolve().parent.parent) + "/"
+    for marker in ("site-packages/", checkout, "lib/python3.11/"):
         if marker in path:
             return path.split(marker, 1)[1]
     return path
