@@ -94,6 +94,7 @@ from .frames import (
     Usage,
     UserMessage,
 )
+from .view import TextBlock, ThinkingBlock, ToolCallBlock, UserMessageBlock
 
 __all__ = [
     "AguiEgress",
@@ -104,6 +105,7 @@ __all__ = [
     "encode_sse",
     "input_user_messages",
     "message_text",
+    "messages_from_view",
     "parse_event_id",
     "run_input",
 ]
@@ -799,7 +801,14 @@ class AguiIngest:
     :meth:`feed` never raises: a rule broken ends the turn (:meth:`abort`).
     """
 
-    def __init__(self, turn_id: str | None = None, *, turn_open: bool = False) -> None:
+    def __init__(
+        self,
+        turn_id: str | None = None,
+        *,
+        turn_open: bool = False,
+        taken_ids: Iterable[str] = (),
+    ) -> None:
+        self.taken = frozenset(taken_ids)  # block and call ids the session has used already
         self.turn_id = turn_id or str(uuid.uuid4())
         self.turn_started = turn_open
         self.turn_ended = False
@@ -934,8 +943,11 @@ class AguiIngest:
     def _tools(self, event: BaseEvent) -> list[RawpOp] | None:
         if isinstance(event, ToolCallStartEvent):
             call_id = event.tool_call_id
-            if call_id in self.call_ids or not 0 < len(call_id) <= _MAX_ID:
+            name = event.tool_call_name
+            if call_id in self.call_ids or call_id in self.taken or not _usable(call_id):
                 raise _Broken(f"tool call {call_id[:64]!r} started twice (or its id is unusable)")
+            if not _usable(name):
+                raise _Broken("a tool name is empty or longer than 256 characters")
             self.call_ids.add(call_id)
             self.streaming_calls[call_id] = (event.tool_call_name, [])
             return []
@@ -969,7 +981,7 @@ class AguiIngest:
         return None
 
     def _new_block(self, block_id: str) -> None:
-        if block_id in self.seen_blocks or not 0 < len(block_id) <= _MAX_ID:
+        if block_id in self.seen_blocks or block_id in self.taken or not _usable(block_id):
             raise _Broken(f"message {block_id[:64]!r} started twice (or its id is unusable)")
         self.seen_blocks.add(block_id)
 
@@ -991,6 +1003,8 @@ class AguiIngest:
             self.usage += event.usage
         outcome = event.outcome
         if isinstance(outcome, RunFinishedInterruptOutcome):
+            if not all(_usable(i.id) for i in outcome.interrupts):
+                raise _Broken("an interrupt id is empty or longer than 256 characters")
             self.interrupts = list(outcome.interrupts)
             return [
                 RawpOp(
@@ -1062,6 +1076,11 @@ class _Broken(Exception):
     """An AG-UI rule the stream broke (the message says which)."""
 
 
+def _usable(identifier: str) -> bool:
+    """Can this AG-UI id be a RAWP id (1 to 256 characters, notes §3)?"""
+    return 0 < len(identifier) <= _MAX_ID
+
+
 def _tool_input(arguments: str) -> dict[str, Any]:
     try:
         value = json.loads(arguments) if arguments.strip() else {}
@@ -1093,3 +1112,37 @@ def _usage_args(usage: Sequence[TokenUsage], turn_id: str) -> dict[str, Any]:
         if any(getattr(u, agui) is not None for u in usage):
             args[rawp] = total(agui)
     return args
+
+
+def messages_from_view(blocks: Iterable[Any]) -> list[AguiMessage]:
+    """A RAWP view's transcript as AG-UI messages: what the bridge sends as run input.
+
+    User messages, text (assistant), thinking (reasoning), tool calls (an assistant message
+    per call) and their results (a tool message, id ``result-<call_id>``), in view order.
+    """
+    out: list[AguiMessage] = []
+    for block in blocks:
+        if isinstance(block, UserMessageBlock):
+            out.append({"id": block.message_id, "role": "user", "content": block.text})
+        elif isinstance(block, TextBlock):
+            out.append({"id": block.block_id, "role": "assistant", "content": block.text})
+        elif isinstance(block, ThinkingBlock):
+            out.append({"id": block.block_id, "role": "reasoning", "content": block.text})
+        elif isinstance(block, ToolCallBlock):
+            call = {
+                "id": block.call_id,
+                "type": "function",
+                "function": {"name": block.tool_name, "arguments": _as_text(block.input)},
+            }
+            out.append({"id": block.call_id, "role": "assistant", "toolCalls": [call]})
+            if block.status != "pending":
+                content = _as_text(block.output if block.output is not None else "")
+                out.append(
+                    {
+                        "id": f"result-{block.call_id}",
+                        "role": "tool",
+                        "toolCallId": block.call_id,
+                        "content": content,
+                    }
+                )
+    return out
