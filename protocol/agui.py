@@ -849,10 +849,15 @@ class AguiIngest:
         return self.abort("the AG-UI stream ended before RUN_FINISHED or RUN_ERROR")
 
     def abort(self, reason: str, *, code: str = "agui_stream_invalid") -> list[RawpOp]:
-        """End the turn ``error``: close what is open, say why (``session.error``)."""
-        ops = self._close("error", "the AG-UI run broke off: " + reason)
+        """End the turn ``error``: say why (``session.error``), close what is open.
+
+        The error comes before the turn's end, so it is inside the run for AG-UI viewers too.
+        """
+        if self.turn_ended:
+            return []
+        ops = self._start_turn()
         ops.append(RawpOp("error", {"error_code": code, "message": reason[:2000]}))
-        return ops
+        return ops + self._close("error", "the AG-UI run broke off: " + reason)
 
     def cancel(self) -> list[RawpOp]:
         """An edge cancelled the turn (``control.cancel``)."""
@@ -1031,11 +1036,11 @@ class AguiIngest:
         self.run_open = False
         if event.usage:
             self.usage += event.usage
-        ops = self._close("error", "the AG-UI run failed")
+        ops = self._start_turn()
         ops.append(
             RawpOp("error", {"error_code": "agui_run_error", "message": event.message[:2000]})
         )
-        return ops
+        return ops + self._close("error", "the AG-UI run failed")
 
     def _close(self, stop_reason: str, why: str) -> list[RawpOp]:
         """Close everything open, end the turn, report usage (§7.5.2: usage right after)."""
