@@ -190,8 +190,18 @@ async def _follow(request: web.Request, stream: _Stream, session: Session) -> No
                 await stream.write(stream.egress.flush(stream.last))
                 continue
             await stream.response.write(b": ping\n\n")
-            if stream.sse.principal.expired or session.terminated:
+            if stream.sse.principal.expired:
                 break
+            if hub.sessions.get(session.id) is not session:
+                # Reloaded (or ended) on this node: follow the new object, from the store.
+                session.listeners.discard(listener)
+                reloaded = await hub.open(session.id)
+                if reloaded is None:
+                    await _catch_up(stream, session.id, hub)
+                    break
+                session = reloaded
+                session.listeners.add(listener)
+                await _catch_up(stream, session.id, hub)
     finally:
         session.listeners.discard(listener)
 

@@ -47,7 +47,7 @@ from protocol.frames import Frame, GenericFrame
 from relay.agui import AguiBridge
 from relay.server import Master
 from tests.interop.agui_agent import Hold, ScriptedAgent, Step
-from tests.interop.conftest import API_KEY
+from tests.interop.conftest import API_KEY, run_harness
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -490,3 +490,37 @@ async def test_bridge_command_line_needs_a_credential(tmp_path: Path) -> None:
     assert process.returncode == 2
     assert b"no credential" in err
     assert b"Traceback" not in err
+
+
+async def test_agui_frontend_to_agui_agent_through_the_relay(
+    master: Master, node_harness: Path, tmp_path: Path
+) -> None:
+    """HttpAgent → relay egress → RAWP session → bridge → AG-UI agent, and all the way back."""
+    async with scripted_agent() as agent:
+        agent.scripts.append(_full_run())
+        async with library_bridge(master, "agui-i7", agent):
+            scenario = {
+                "url": f"{master.http_url}/v1/sessions/agui-i7/ag-ui",
+                "token": API_KEY,
+                "threadId": "ui-thread",
+                "steps": [{"kind": "run", "id": "ui-1", "text": "Weather in Oslo?"}],
+            }
+            report = await run_harness(node_harness, scenario, tmp_path)
+    assert report["errors"] == [], report["stderr"]
+    messages = report["messages"]
+    assert [(m["id"], m["role"]) for m in messages] == [
+        ("ui-1", "user"),
+        ("r1", "reasoning"),
+        ("m1", "assistant"),
+        ("c1", "assistant"),
+        (messages[4]["id"], "tool"),
+    ]
+    assert messages[2]["content"] == "Hello there"
+    assert messages[3]["toolCalls"][0]["function"] == {
+        "name": "weather",
+        "arguments": '{"city":"Oslo"}',
+    }
+    assert messages[4]["content"] == "rain"
+    assert agent.inputs[0].messages[0].id == "ui-1"
+    finished = report["runs"][0]["events"][-1]
+    assert finished["usage"] == [{"inputTokens": 7, "outputTokens": 9, "reasoningTokens": 3}]
