@@ -856,7 +856,7 @@ class AguiIngest:
         if self.turn_ended:
             return []
         ops = self._start_turn()
-        ops.append(RawpOp("error", {"error_code": code, "message": reason[:2000]}))
+        ops.append(RawpOp("error", {"error_code": code, "message": _one_line(reason)}))
         return ops + self._close("error", "the AG-UI run broke off: " + reason)
 
     def cancel(self) -> list[RawpOp]:
@@ -1038,7 +1038,7 @@ class AguiIngest:
             self.usage += event.usage
         ops = self._start_turn()
         ops.append(
-            RawpOp("error", {"error_code": "agui_run_error", "message": event.message[:2000]})
+            RawpOp("error", {"error_code": "agui_run_error", "message": _one_line(event.message)})
         )
         return ops + self._close("error", "the AG-UI run failed")
 
@@ -1079,6 +1079,12 @@ class AguiIngest:
 
 class _Broken(Exception):
     """An AG-UI rule the stream broke (the message says which)."""
+
+
+def _one_line(text: str) -> str:
+    """An agent's text as one bounded line (no control characters) for a ``session.error``."""
+    cleaned = "".join(ch if ch.isprintable() else " " for ch in text[:2000])
+    return cleaned or "(no message)"
 
 
 def _usable(identifier: str) -> bool:

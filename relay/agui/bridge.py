@@ -57,7 +57,7 @@ async def sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[BaseEven
     """
     buffer = b""
     async for chunk in response.content.iter_any():
-        buffer += chunk.replace(b"\r\n", b"\n")
+        buffer = (buffer + chunk).replace(b"\r\n", b"\n")
         while b"\n\n" in buffer:
             block, buffer = buffer.split(b"\n\n", 1)
             event = _block_event(block)
