@@ -380,8 +380,9 @@ class AguiEgress:
     def connect(self, label: str, seq: int) -> list[EmittedEvent]:
         """What a late joiner gets first: a run, the ``MESSAGES_SNAPSHOT``, open blocks reopened.
 
-        With no turn open the run is a replay run (``runId`` ``label``) that ends at once;
-        inside a turn it is the turn's run, and the live events continue it.
+        With no turn open the run is a replay run (``runId`` ``label``) that ends at once (with
+        the pending interrupts when a turn waits for answers); inside a turn it is the turn's
+        run, and the live events continue it.
         """
         events: list[BaseEvent] = []
         turn = self.turn
@@ -389,10 +390,15 @@ class AguiEgress:
             run_id = label
             events.append(RunStartedEvent(thread_id=self.thread_id, run_id=run_id))
             events.append(self.fold.snapshot())
+            outcome: RunFinishedSuccessOutcome | RunFinishedInterruptOutcome = (
+                RunFinishedSuccessOutcome()
+            )
+            if turn is not None and turn.interactions:
+                # A turn waiting for answers: the joiner learns the interrupts still pending.
+                interrupts = [_interrupt_of(r) for r in turn.interactions.values()]
+                outcome = RunFinishedInterruptOutcome(interrupts=interrupts)
             events.append(
-                RunFinishedEvent(
-                    thread_id=self.thread_id, run_id=run_id, outcome=RunFinishedSuccessOutcome()
-                )
+                RunFinishedEvent(thread_id=self.thread_id, run_id=run_id, outcome=outcome)
             )
         else:
             events.append(RunStartedEvent(thread_id=self.thread_id, run_id=turn.run_id))

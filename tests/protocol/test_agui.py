@@ -635,3 +635,12 @@ def test_abort_closes_open_blocks_and_calls() -> None:
     ]
     assert ops[4].args["status"] == "error"
     assert mapper.feed(DONE) == []  # nothing after the end
+
+
+def test_connect_while_an_interrupt_waits_lists_it() -> None:
+    """A late joiner of a turn waiting for an answer gets the pending interrupt."""
+    mapper, _ = egress((start(), C), (_ask(), C))
+    finished = mapper.connect("snap", 2)[-1].event
+    assert isinstance(finished, RunFinishedEvent)
+    assert isinstance(finished.outcome, RunFinishedInterruptOutcome)
+    assert [i.id for i in finished.outcome.interrupts] == ["i1"]
