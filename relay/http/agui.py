@@ -36,6 +36,7 @@ from protocol.agui import AguiEgress, EmittedEvent, encode_sse, input_user_messa
 from protocol.errors import ProtocolError
 
 from ..auth import Principal
+from ..hub import Hub
 from ..session import Session
 from ..store.base import LogEntry
 from .access import hub_of, principal_of, visible_header
@@ -118,7 +119,7 @@ def _fold(egress: AguiEgress, entry: LogEntry) -> list[EmittedEvent]:
     return egress.feed(frame, entry.seq, entry.sender_role)
 
 
-async def _fold_to(stream: _Stream, session_id: str, hub: Any, until: int) -> None:
+async def _fold_to(stream: _Stream, session_id: str, hub: Hub, until: int) -> None:
     """Fold entries ``(stream.last, until]`` silently (what a stream before this one saw)."""
     while stream.last < until:
         page = await hub.store.read(
@@ -132,7 +133,7 @@ async def _fold_to(stream: _Stream, session_id: str, hub: Any, until: int) -> No
             stream.last = entry.seq
 
 
-async def _catch_up(stream: _Stream, session_id: str, hub: Any, before: int | None = None) -> None:
+async def _catch_up(stream: _Stream, session_id: str, hub: Hub, before: int | None = None) -> None:
     """Write every stored entry after ``stream.last`` (and before ``before``)."""
     while not stream.done:
         page = await hub.store.read(

@@ -329,3 +329,36 @@ async def test_tail_ends_with_run_error_when_the_session_is_deleted(master: Mast
     assert status == 200
     assert types[:2] == ["RUN_STARTED", "MESSAGES_SNAPSHOT"]
     assert types[-2:] == ["TEXT_MESSAGE_END", "RUN_ERROR"]
+
+
+def _ids_and_types(body: str) -> list[tuple[str | None, str]]:
+    out: list[tuple[str | None, str]] = []
+    for block in body.split("\n\n"):
+        lines = block.split("\n")
+        data = [line[6:] for line in lines if line.startswith("data: ")]
+        if not data:
+            continue
+        ids = [line[4:] for line in lines if line.startswith("id: ")]
+        out.append((ids[0] if ids else None, json.loads(data[0])["type"]))
+    return out
+
+
+async def test_tail_resumes_from_any_event_id_exactly(master: Master) -> None:
+    """GET with Last-Event-ID ``N`` or ``N.k`` continues with exactly the events after it."""
+    async with rawp_agent(master, "agui-e6", _answer) as client:
+        edge = RawpClient(master.ws_url, "agui-e6", role="edge", token=API_KEY)
+        await edge.connect()
+        await edge.user_message("hi")
+        async with asyncio.timeout(20):
+            while client.view.state.turns_completed < 1:
+                await asyncio.sleep(0.02)
+        await edge.close()
+        url = f"{master.http_url}/v1/sessions/agui-e6/ag-ui?until=run_end"
+        everything = await _log_events(master, "agui-e6")
+        run = everything[next(k for k, (_, t) in enumerate(everything) if t == "RUN_STARTED") :]
+        for cut in range(len(run) - 1):
+            last_id = run[cut][0]
+            assert last_id is not None
+            status, body = await _sse(url, API_KEY, **{"Last-Event-ID": last_id})
+            assert status == 200
+            assert _ids_and_types(body) == run[cut + 1 :], last_id
