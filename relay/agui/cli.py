@@ -43,6 +43,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     agui.add_argument(
         "--run-timeout", type=float, default=300.0, metavar="SECONDS", help="bound of one run"
     )
+    agui.add_argument(
+        "--agent-header",
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="an HTTP header for the agent's requests (repeatable), e.g. 'Authorization: Bearer …'",
+    )
     agui.add_argument("--log-level", default="info", help="debug, info, warning, error")
     agui.set_defaults(handler=_run)
 
@@ -56,6 +63,16 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    headers: dict[str, str] = {}
+    for header in args.agent_header:
+        name, colon, value = header.partition(":")
+        if not colon or not name.strip() or any(c in header for c in "\r\n"):
+            print(
+                f"rawp bridge ag-ui: --agent-header wants NAME:VALUE, got {header!r}",
+                file=sys.stderr,
+            )
+            return 2
+        headers[name.strip()] = value.strip()
     bridge = AguiBridge(
         args.relay_url,
         args.session,
@@ -64,6 +81,7 @@ def _run(args: argparse.Namespace) -> int:
         state_path=args.state,
         create=not args.no_create,
         run_timeout=args.run_timeout,
+        agent_headers=headers,
     )
 
     async def main() -> None:

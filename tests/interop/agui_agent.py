@@ -37,6 +37,7 @@ class ScriptedAgent:
     def __init__(self) -> None:
         self.scripts: deque[list[Step]] = deque()
         self.inputs: list[RunAgentInput] = []
+        self.headers: list[dict[str, str]] = []
         self.holds: list[Hold] = []
         self.url = ""
         self._runner: web.AppRunner | None = None
@@ -62,6 +63,7 @@ class ScriptedAgent:
 
     async def _run(self, request: web.Request) -> web.StreamResponse:
         self.inputs.append(RunAgentInput.model_validate_json(await request.read()))
+        self.headers.append(dict(request.headers))
         script = self.scripts.popleft() if self.scripts else []
         encoder = EventEncoder(accept=request.headers.get("Accept", ""))
         response = web.StreamResponse(headers={"Content-Type": encoder.get_content_type()})

@@ -399,6 +399,8 @@ async def _spawn_bridge(
         master.ws_url,
         "--state",
         str(state),
+        "--agent-header",
+        "X-Agent-Key: k-123",
         env={**os.environ, "RAWP_API_KEY": API_KEY},
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
@@ -459,6 +461,7 @@ async def test_bridge_killed_mid_run_finalizes_then_unfinalizes(
     assert [p["stop_reason"] for p in real_ends] == ["error", "end_turn"]
     errors = _payloads(edge, "session.error")
     assert errors[0]["error_code"] == "agui_bridge_restarted"
+    assert all(h.get("X-Agent-Key") == "k-123" for h in agent.headers)
     session = master.hub.sessions["agui-i6"]
     assert session.state.turn_id is None
     assert not session.state.finalized
