@@ -18,7 +18,7 @@ import pytest
 
 from protocol import codec
 from protocol.agui import AguiEgress
-from protocol.client import RawpClient
+from protocol.client import ConnectionStatus, RawpClient
 from protocol.view import TextBlock, ThinkingBlock, ToolCallBlock, UserMessageBlock
 from relay.http.transcript import view_of
 from relay.server import Master
@@ -362,3 +362,47 @@ async def test_tail_resumes_from_any_event_id_exactly(master: Master) -> None:
             status, body = await _sse(url, API_KEY, **{"Last-Event-ID": last_id})
             assert status == 200
             assert _ids_and_types(body) == run[cut + 1 :], last_id
+
+
+async def test_agent_drop_and_reattach_keeps_the_agui_run_whole(
+    master: Master, node_harness: Path, tmp_path: Path
+) -> None:
+    """§7.8 behind the endpoint: finalized, then unfinalized — the client sees one whole run."""
+
+    async def dropping(client: RawpClient, text: str, _inbox: asyncio.Queue[Any]) -> None:
+        turn = await client.turn_start()
+        await client.text_delta("b1", "before ")
+        await client.tool_request("c1", "slow", {})
+        client.abort_connection()
+        session = master.hub.sessions["agui-e7"]
+        async with asyncio.timeout(20):  # the master finalizes (§7.8.1) ...
+            while not session.state.finalized:
+                await asyncio.sleep(0.02)
+        await client.text_delta("b1", "after")  # ... buffered, sent in the client's history
+        await client.wait_status(ConnectionStatus.CONNECTED, timeout=20)
+        async with asyncio.timeout(20):  # ... which unfinalizes it (§7.8.3)
+            while session.state.finalized:
+                await asyncio.sleep(0.02)
+        await client.tool_result("c1", "ok", "done")
+        await client.text_done("b1")
+        await client.turn_end(turn.payload.turn_id)
+        await client.usage(input_tokens=1, output_tokens=1)
+
+    async with rawp_agent(master, "agui-e7", dropping):
+        steps = [{"kind": "run", "id": "u-1", "text": "go"}]
+        report = await run_harness(node_harness, _scenario(master, "agui-e7", steps), tmp_path)
+    assert report["errors"] == [], report["stderr"]
+    log = [json.loads(e.data) for e in await master.store.read("agui-e7")]
+    assert any(f.get("metadata", {}).get("synthetic") for f in log)
+    types = [e["type"] for e in report["runs"][0]["events"]]
+    assert types.count("RUN_STARTED") == 1
+    assert types[-1] == "RUN_FINISHED"
+    assert "RUN_ERROR" not in types
+    results = [e for e in report["runs"][0]["events"] if e["type"] == "TOOL_CALL_RESULT"]
+    assert [r["content"] for r in results] == ["done"]  # never the synthetic "Connection lost"
+    assert _pairs(report["messages"]) == [
+        ("user", "go"),
+        ("assistant", "before after"),
+        ("tool_call", "slow {}"),
+        ("tool", "done"),
+    ]
