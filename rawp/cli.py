@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 __all__ = ["main"]
 
 # Packages whose ``cli`` module contributes subcommands, in help order.
-_PROVIDERS = ("relay.cli", "protocol.cli", "conformance.cli")
+_PROVIDERS = ("relay.cli", "protocol.cli", "conformance.cli", "relay.agui.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

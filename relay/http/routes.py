@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from .agui import add_agui_routes
 from .app import HUB
 from .auth_routes import create_token, revoke_token, whoami
 from .dashboard import add_dashboard_routes
@@ -39,6 +40,7 @@ def add_routes(app: web.Application, *, ws_url: Callable[[], str] | None = None)
     r.add_post("/v1/sessions/{session_id}/tokens", create_token)
     r.add_post("/v1/sessions/{session_id}/fork", fork_session)
     r.add_get("/v1/sessions/{session_id}/export", export_session)
+    add_agui_routes(app)
     r.add_delete("/v1/tokens/{token_id}", revoke_token)
     r.add_get("/v1/whoami", whoami)
     add_dashboard_routes(app, ws_url)

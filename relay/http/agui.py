@@ -1,0 +1,370 @@
+"""A session as an AG-UI agent endpoint (notes §16.5; docs/ag-ui.md).
+
+* ``POST /v1/sessions/{id}/ag-ui`` takes AG-UI's ``RunAgentInput``. Its ``user`` messages the
+  session does not have yet become ``user.message`` frames, committed as an edge would send
+  them (:func:`relay.http.events.submit`; the AG-UI message id is the frame's ``message_id``,
+  so a client that sends every message on every run adds each one once), its ``resume``
+  entries become ``control.interaction.response`` frames. The answer is an AG-UI SSE stream
+  of the session's events until the run the input started finishes (``RUN_FINISHED`` or
+  ``RUN_ERROR``), then the stream closes. The user's own message is never echoed back as
+  ``TEXT_MESSAGE_*``: it is in the run's ``RUN_STARTED.input.messages``.
+* ``GET /v1/sessions/{id}/ag-ui`` tails the session: a run holding the ``MESSAGES_SNAPSHOT``
+  folded from the log first (``@ag-ui/client`` wants ``RUN_STARTED`` first), then every turn
+  as a run, live. ``Last-Event-ID`` (or ``?last_event_id=``) resumes after that event with no
+  event missing or doubled; ``?until=run_end`` ends the stream with the run in progress (how a
+  POST stream cut mid-run is resumed). A terminated session replays and ends.
+
+Same credentials and scopes as the other session routes (:mod:`relay.http.access`): a session
+token may read and append user input here as on ``/events``. Every SSE ``id:`` is
+``seq`` or ``seq.k`` (:func:`protocol.agui.parse_event_id`); data is AG-UI's own encoder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from ag_ui.core import RunAgentInput
+from aiohttp import web
+from pydantic import ValidationError
+
+from protocol import codec
+from protocol.agui import AguiEgress, EmittedEvent, encode_sse, input_user_messages, parse_event_id
+from protocol.errors import ProtocolError
+
+from ..auth import Principal
+from ..hub import Hub
+from ..session import Session
+from ..store.base import LogEntry
+from .access import hub_of, principal_of, visible_header
+from .app import authenticate
+from .events import submit
+from .middleware import HTTP_METRICS, ApiError
+from .sse import STREAMS, EventStream
+
+__all__ = ["add_agui_routes", "agui_run", "agui_tail"]
+
+_PAGE: Final = 500
+_QUEUE_LIMIT: Final = 4096
+_USAGE_GRACE_S: Final = 5.0  # §7.5.2: usage follows turn.end at once; past this, end the run
+_MAX_BODY: Final = 4 << 20
+
+
+def add_agui_routes(app: web.Application) -> None:
+    """Register the two AG-UI routes."""
+    app.router.add_post("/v1/sessions/{session_id}/ag-ui", agui_run)
+    app.router.add_get("/v1/sessions/{session_id}/ag-ui", agui_tail)
+
+
+class _Listener:
+    """Session listener: committed entries, queued; an overflow is flagged, not grown."""
+
+    def __init__(self) -> None:
+        self.entries: deque[LogEntry] = deque()
+        self.overflowed = False
+        self.wake = asyncio.Event()
+
+    def __call__(self, entry: LogEntry) -> None:
+        if len(self.entries) >= _QUEUE_LIMIT:
+            self.entries.clear()
+            self.overflowed = True
+        else:
+            self.entries.append(entry)
+        self.wake.set()
+
+
+class _Stream:
+    """One AG-UI SSE response: the egress fold, the cursor, when to stop."""
+
+    def __init__(
+        self, session_id: str, response: web.StreamResponse, sse: EventStream, until_run_end: bool
+    ) -> None:
+        self.egress = AguiEgress(session_id)
+        self.response = response
+        self.sse = sse
+        self.until_run_end = until_run_end
+        self.last = 0  # the last seq folded
+        self.skip = 0  # events of the next entry already delivered (a ``seq.k`` resume)
+        self.done = False
+
+    async def write(self, events: list[EmittedEvent]) -> None:
+        for emitted in events:
+            if self.done:
+                return
+            await self.response.write(encode_sse(emitted.event, emitted.event_id))
+            self.sse.written.inc()
+            if emitted.run_end and self.until_run_end:
+                self.done = True
+        if self.egress.ended:
+            self.done = True
+
+    async def entry(self, entry: LogEntry) -> None:
+        """Fold one entry (``last + 1``) and write what it makes."""
+        events = _fold(self.egress, entry)
+        self.last = entry.seq
+        if self.skip:
+            events, self.skip = events[self.skip :], 0
+        await self.write(events)
+
+
+def _fold(egress: AguiEgress, entry: LogEntry) -> list[EmittedEvent]:
+    """Feed one log entry to the egress (an entry that no longer decodes makes no event)."""
+    try:
+        frame = codec.decode(entry.data)
+    except ProtocolError:
+        return []
+    return egress.feed(frame, entry.seq, entry.sender_role)
+
+
+async def _fold_to(stream: _Stream, session_id: str, hub: Hub, until: int) -> None:
+    """Fold entries ``(stream.last, until]`` silently (what a stream before this one saw)."""
+    while stream.last < until:
+        page = await hub.store.read(
+            session_id, after_seq=stream.last, before_seq=until + 1, limit=_PAGE
+        )
+        if not page:
+            stream.last = until
+            return
+        for entry in page:
+            _fold(stream.egress, entry)
+            stream.last = entry.seq
+
+
+async def _catch_up(stream: _Stream, session_id: str, hub: Hub, before: int | None = None) -> None:
+    """Write every stored entry after ``stream.last`` (and before ``before``)."""
+    while not stream.done:
+        page = await hub.store.read(
+            session_id, after_seq=stream.last, before_seq=before, limit=_PAGE
+        )
+        for entry in page:
+            if entry.seq != stream.last + 1:
+                continue
+            await stream.entry(entry)
+            if stream.done:
+                return
+        if len(page) < _PAGE:
+            return
+
+
+def _start_response() -> web.StreamResponse:
+    return web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream; charset=utf-8",
+            "Cache-Control": "no-cache, no-transform",
+            "X-Accel-Buffering": "no",
+        }
+    )
+
+
+async def _follow(request: web.Request, stream: _Stream, session: Session) -> None:
+    """Write live entries in seq order until the stream is done, ended or its client gone."""
+    hub = session.hub
+    listener = _Listener()
+    session.listeners.add(listener)
+    interval = min(15.0, hub.settings.heartbeat_interval_s)
+    try:
+        await _catch_up(stream, session.id, hub)
+        while not stream.done and not stream.sse.stop.is_set():
+            listener.wake.clear()
+            if listener.overflowed:
+                listener.overflowed = False
+                listener.entries.clear()
+                await _catch_up(stream, session.id, hub)
+            while listener.entries and not stream.done:
+                entry = listener.entries.popleft()
+                if entry.seq <= stream.last:
+                    continue
+                if entry.seq > stream.last + 1:
+                    await _catch_up(stream, session.id, hub, before=entry.seq)
+                if entry.seq == stream.last + 1:
+                    await stream.entry(entry)
+            if stream.done or listener.entries:
+                continue
+            timeout = _USAGE_GRACE_S if stream.egress.holding else interval
+            woke = await _wait(listener.wake, stream.sse.stop, timeout)
+            if woke:
+                continue
+            if stream.egress.holding:
+                await stream.write(stream.egress.flush(stream.last))
+                continue
+            await stream.response.write(b": ping\n\n")
+            if stream.sse.principal.expired:
+                break
+            if hub.sessions.get(session.id) is not session:
+                # Reloaded (or ended) on this node: follow the new object, from the store.
+                session.listeners.discard(listener)
+                reloaded = await hub.open(session.id)
+                if reloaded is None:
+                    await _catch_up(stream, session.id, hub)
+                    break
+                session = reloaded
+                session.listeners.add(listener)
+                await _catch_up(stream, session.id, hub)
+    finally:
+        session.listeners.discard(listener)
+
+
+async def _wait(wake: asyncio.Event, stop: asyncio.Event, timeout: float) -> bool:
+    waiter = asyncio.ensure_future(wake.wait())
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({waiter, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        stopper.cancel()
+    return wake.is_set() or stop.is_set()
+
+
+async def _terminated(request: web.Request, session_id: str) -> Session | None:
+    """The live session, or None when it has ended (its log stays readable: replay)."""
+    session = await hub_of(request).open(session_id)
+    if session is None or session.terminated:
+        return None
+    return session
+
+
+async def agui_tail(request: web.Request) -> web.StreamResponse:
+    """``GET /v1/sessions/{session_id}/ag-ui``."""
+    hub = hub_of(request)
+    if "Authorization" not in request.headers and "access_token" in request.query:
+        principal = await hub.auth.authenticate(request.query["access_token"])
+    else:
+        principal = await authenticate(request)
+    header = await visible_header(request, principal)
+    session_id = header.session_id
+    resume_text = request.headers.get("Last-Event-ID") or request.query.get("last_event_id")
+    cursor: tuple[int, int | None] | None = None
+    if resume_text:
+        try:
+            cursor = parse_event_id(resume_text)
+        except ValueError as exc:
+            raise ApiError(400, str(exc), code="invalid_query") from None
+    until = request.query.get("until", "")
+    if until not in ("", "run_end"):
+        raise ApiError(400, "until must be run_end", code="invalid_query")
+    session = await _terminated(request, session_id)
+    response = _start_response()
+    sse = EventStream(response, principal, request.app[HTTP_METRICS].sse_events)
+    stream = _Stream(session_id, response, sse, until_run_end=until == "run_end")
+
+    async def body() -> None:
+        if cursor is not None:
+            seq, seen = cursor
+            await _fold_to(stream, session_id, hub, seq - 1 if seen is not None else seq)
+            stream.skip = seen or 0
+        else:
+            head = session.head if session is not None else await hub.store.head_seq(session_id)
+            await _fold_to(stream, session_id, hub, head)
+            await stream.write(stream.egress.connect(f"snapshot-{head}", head))
+            if not stream.egress.in_run and stream.until_run_end:
+                stream.done = True
+        if session is None:
+            await _catch_up(stream, session_id, hub)  # an ended session: replay, then end
+            return
+        await _follow(request, stream, session)
+
+    return await _serve(request, stream, body)
+
+
+async def agui_run(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/sessions/{session_id}/ag-ui``."""
+    principal = await principal_of(request)
+    header = await visible_header(request, principal)
+    data = await request.content.read(_MAX_BODY + 1)
+    if len(data) > _MAX_BODY:
+        raise ApiError(413, f"the RunAgentInput is larger than {_MAX_BODY} bytes", code="too_large")
+    try:
+        run = RunAgentInput.model_validate_json(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        raise ApiError(
+            400, f"not a RunAgentInput: {where}: {first.get('msg', '')}", code="invalid_body"
+        ) from None
+    session = await _terminated(request, header.session_id)
+    if session is None:
+        raise ApiError(409, "the session has ended; GET replays it", code="session_ended")
+    hub = session.hub
+    session_id = session.id
+    response = _start_response()
+    sse = EventStream(response, principal, request.app[HTTP_METRICS].sse_events)
+    stream = _Stream(session_id, response, sse, until_run_end=True)
+    cursor = session.head
+    await _fold_to(stream, session_id, hub, cursor)
+    known = stream.egress.known_message_ids
+    submitted = 0
+    for message_id, text in input_user_messages(run, known):
+        if not 0 < len(message_id) <= 256:
+            raise ApiError(400, "a message id is longer than 256 characters", code="invalid_body")
+        if await hub.store.message_seq(session_id, message_id) is not None:
+            continue
+        await _append(session, principal, "user.message", {"text": text}, message_id)
+        submitted += 1
+    for entry in run.resume or []:
+        response_value: Any = entry.payload if entry.status == "resolved" else {"cancelled": True}
+        await _append(
+            session,
+            principal,
+            "control.interaction.response",
+            {"interaction_id": entry.interrupt_id, "response": response_value},
+            None,
+        )
+        submitted += 1
+    preamble = not submitted or (stream.egress.in_run and not run.resume)
+
+    async def body() -> None:
+        if preamble:
+            await stream.write(stream.egress.connect(f"snapshot-{cursor}", cursor))
+            if not stream.egress.in_run:
+                return
+        await _follow(request, stream, session)
+
+    return await _serve(request, stream, body)
+
+
+async def _serve(
+    request: web.Request, stream: _Stream, body: Callable[[], Awaitable[None]]
+) -> web.StreamResponse:
+    """Prepare the response, run ``body``; the stream is registered for shutdown/revocation."""
+    response = stream.response
+    await response.prepare(request)
+    metrics = request.app[HTTP_METRICS]
+    streams = request.app[STREAMS]
+    streams.add(stream.sse)
+    metrics.streams.inc()
+    try:
+        await body()
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    finally:
+        streams.discard(stream.sse)
+        metrics.streams.dec()
+    with contextlib.suppress(ConnectionResetError):
+        await response.write_eof()
+    return response
+
+
+async def _append(
+    session: Session,
+    principal: Principal,
+    frame_type: str,
+    payload: dict[str, Any],
+    message_id: str | None,
+) -> None:
+    """Commit one edge frame through the session's own path (refusals answer problem+json)."""
+    envelope = {
+        "type": frame_type,
+        "message_id": message_id or codec.new_message_id(),
+        "session_id": session.id,
+        "timestamp": codec.format_time(codec.now()),
+        "payload": payload,
+    }
+    raw = codec.encode_json(envelope)
+    try:
+        frame = codec.decode(raw)
+    except ProtocolError as exc:
+        raise ApiError(400, exc.message, code=exc.code) from None
+    await submit(session, principal, frame, raw)
