@@ -5,9 +5,10 @@ Each vector under tests/vectors/ is, on its own, fed to ``rawp validate --sequen
 attached, the frame sent by the role ``rawp validate`` infers for it). The master's verdict is
 the first ``session.error`` its sender gets before the answer to a barrier frame (a frame its
 role may not send, refused with ``direction`` by the session's state machine, which judges one
-sender's frames in order), or "valid" when none comes (or the frame ended the session). A ``connection.hello`` vector is sent as a
-connection's first frame instead: close 4400 is the master's "invalid_frame"; a welcome or any
-other refusal (credential, session) means the frame itself was valid. Both sides get the same
+sender's frames in order), or "valid" when none comes (or the frame ended the session). A
+``connection.hello`` vector is sent as a connection's first frame instead: close 4400 is the
+master's "invalid_frame"; a welcome or any other refusal (credential, session) means the frame
+itself was valid. Both sides get the same
 bytes: the vector's session id is replaced by the fresh session's, and a ``sender`` naming the
 master is dropped (a participant cannot send as the master; the master ignores the field).
 """
@@ -137,8 +138,7 @@ async def test_every_vector_gets_the_same_verdict_from_validate_and_the_master(
                     await ctx.cleanup()
                 if by_validate != by_master:
                     differences.append(
-                        f"{vector.id} (sent by {role}): validate {by_validate}, "
-                        f"master {by_master}"
+                        f"{vector.id} (sent by {role}): validate {by_validate}, master {by_master}"
                     )
     finally:
         await master.stop()
