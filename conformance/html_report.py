@@ -121,7 +121,8 @@ def _sections_table(report: Report) -> str:
     parts = []
     for spec, results in sections.items():
         counts = report.counts(results)
-        cells = "".join(f'<td class="n">{counts[s]}</td>' for s in STATUSES)
+        tally = " · ".join(f'<span class="{s}">{counts[s]} {s}</span>' for s in STATUSES)
+        noun = "case" if len(results) == 1 else "cases"
         rows = []
         for r in results:
             name = _e(r.case.id)
@@ -132,9 +133,8 @@ def _sections_table(report: Report) -> str:
                 f"<td>{_e(r.details) if r.status != 'PASS' else ''}</td></tr>"
             )
         parts.append(
-            f"<h3>{_e(spec)}: {len(results)} cases</h3>"
-            f"<table><tr>{''.join(f'<th>{s}</th>' for s in STATUSES)}</tr><tr>{cells}</tr>"
-            "</table><table><thead><tr><th>status</th><th>case</th><th>level</th><th>rule</th>"
+            f"<h3>{_e(spec)}: {len(results)} {noun} — {tally}</h3>"
+            "<table><thead><tr><th>status</th><th>case</th><th>level</th><th>rule</th>"
             "<th>details</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
         )
     return "".join(parts)
