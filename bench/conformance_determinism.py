@@ -5,11 +5,13 @@
 (20; 5 with ``--quick``), each with a fresh seed for the delays injected into the master's
 connection handling (:func:`inject_delays`): before each frame a connection hands to its
 session, before each attach and before each detach is handled, the master sleeps a random
-0–``max_delay_ms`` (15 ms). That changes how fast one connection is processed relative to
-another — what a case must not depend on (issue: a conformance runner a third party can
-trust). The result: per case, the verdicts seen across the runs; the suite is deterministic
-when each case has one verdict. ``tests/conformance/test_determinism.py`` runs a few of
-these runs on every ``make test``.
+0–``max_delay_ms`` (15 ms); and a frame queued for a socket that is already closed, but whose
+close the master has not handled yet, counts as written (the participant's cursor includes
+it), as in a correct master that writes to the dying socket. That changes how fast one
+connection is processed relative to another — what a case must not depend on (issue: a
+conformance runner a third party can trust). The result: per case, the verdicts seen across
+the runs; the suite is deterministic when each case has one verdict.
+``tests/conformance/test_determinism.py`` runs a few of these runs on every ``make test``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import pytest
 from conformance.case import all_cases
 from conformance.runner import Target, run_cases
 from relay.config import Settings
+from relay.fanout import Outbox
 from relay.hub import Hub
 from relay.server import Master
 from relay.session import Session
@@ -54,8 +57,19 @@ def inject_delays(mp: pytest.MonkeyPatch, rng: random.Random, max_delay_s: float
 
     The steps: a frame handed from the socket to its session (``Session.submit``: frames of
     one connection stay in order, connections drift apart), an attach (``Hub.attach``) and a
-    detach (``Session.detach``: the master notices a close later).
+    detach (``Session.detach``: the master notices a close later). Until the detach is handled,
+    frames posted to the closed socket count as sent (``Outbox.post``), so the participant's
+    cursor includes them — what a master that writes to a dying socket rightly does.
     """
+    post = Outbox.post
+
+    def post_to_dying_socket(self: Outbox, data: bytes, seq: int = 0) -> bool:
+        queued = post(self, data, seq)
+        if queued and seq and getattr(self._sink, "close_code", None) is not None:
+            self._on_sent(seq)
+        return queued
+
+    mp.setattr(Outbox, "post", post_to_dying_socket)
 
     def delayed(owner: type[Any], name: str) -> None:
         original = getattr(owner, name)
