@@ -70,9 +70,14 @@ async def test_must_failure_exits_1(
     """A failing MUST exits 1 and is a JUnit failure."""
     KILLS["notes-5/4401-bad-credential"](monkeypatch)
     master = await start_master()
-    junit = tmp_path / "report.xml"
-    code, out, _ = await _run(master, "--only", "notes-5/4401-*", "--junit", str(junit))
+    junit, page = tmp_path / "report.xml", tmp_path / "report.html"
+    code, out, _ = await _run(
+        master, "--only", "notes-5/4401-*", "--junit", str(junit), "--html", str(page)
+    )
     assert code == 1
+    html = page.read_text(encoding="utf-8")
+    assert 'id="case-notes-5-4401-bad-credential"' in html
+    assert "Wire transcript" in html
     assert "FAIL" in out
     assert "closed with 4403, not 4401" in out
     suite = ET.parse(junit).getroot()
