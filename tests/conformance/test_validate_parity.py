@@ -156,3 +156,120 @@ def test_invalid_vectors_are_invalid_without_sequence_too(vector: Vector, tmp_pa
     (line,) = [json.loads(x) for x in out.getvalue().splitlines()]
     assert status == 1
     assert line["error_code"] == vector.error_code
+
+
+def _stream(session_id: str) -> list[dict[str, Any]]:
+    """A session's frames, in order, breaking and keeping rules of the state machine."""
+    from conformance.wire import envelope, new_id, usage_payload
+
+    def f(type_: str, payload: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        return envelope(session_id, type_, payload, **extra)
+
+    turn, call, other = new_id(), new_id(), new_id()
+    delta = f("agent.text.delta", {"block_id": "b1", "delta": "Hi"})
+    good_inner = f("agent.state", {"state": "thinking"})
+    not_an_envelope = {"type": "agent.state", "payload": {"state": "idle"}}
+    other_session = envelope(f"{session_id}-other", "agent.state", {"state": "idle"})
+    start = f("session.turn.start", {"turn_id": turn, "turn_index": 0})
+    return [
+        start,
+        start,  # a repeated message_id is ignored by the master, not a second turn start
+        delta,
+        delta,  # the same message_id again: logged once, no error
+        f("agent.text.done", {"block_id": "b1", "text": "Hi"}),
+        f("agent.text.delta", {"block_id": "b1", "delta": "late"}),  # block_state
+        f("tool.invoke.request", {"call_id": call, "tool_name": "probe", "input": {}}),
+        f("tool.invoke.result", {"call_id": other, "status": "ok", "output": "?"}),  # pairing
+        f("session.turn.end", {"turn_id": turn, "stop_reason": "end_turn"}),  # open call
+        f("tool.invoke.result", {"call_id": call, "status": "ok", "output": "1"}),
+        f("session.turn.end", {"turn_id": turn, "stop_reason": "end_turn"}),
+        f("agent.state", {"state": "idle"}),  # usage_missing (folded anyway)
+        f("session.usage", usage_payload(turn)),
+        f(
+            "session.compacted",
+            {
+                "summary": "grew",
+                "previous_token_count": 1,
+                "current_token_count": 9,
+                "trigger": "auto",
+            },
+        ),
+        f("session.renamed", {"session_id": session_id, "name": "x", "renamed_by": "edge"}),
+        f("control.interaction.response", {"interaction_id": new_id(), "response": "yes"}),
+        f("user.message", {"text": "from the edge"}),
+        f(
+            "session.history",
+            {
+                "frames": [good_inner, not_an_envelope, other_session],
+                "buffer_status": {"policy_applied": "RING", "truncated": False},
+                "last_sync_timestamp": good_inner["timestamp"],
+                "last_message_id": "",
+            },
+        ),
+        f("session.turn.start", {"turn_id": new_id(), "turn_index": 1}),
+        f("session.turn.start", {"turn_id": new_id(), "turn_index": 2}),  # turn_state
+    ]
+
+
+async def test_a_stream_gets_the_same_verdicts_line_by_line(tmp_path: Path) -> None:
+    """``rawp validate --sequence`` on a session's stream = the master, frame after frame."""
+    import aiohttp
+
+    from protocol import codec
+    from protocol.cli import infer_role
+
+    master = Master(conformance_settings())
+    await master.start()
+    try:
+        async with aiohttp.ClientSession(trust_env=False) as http:
+            ctx = Context(
+                target=target_of(master),
+                http_session=http,
+                session_id=f"parity-stream-{uuid.uuid4().hex[:8]}",
+                timeout=TIMEOUT_S,
+            )
+            try:
+                frames = _stream(ctx.session_id)
+                client = await ctx.client()
+                edge = await ctx.edge()
+                by_master: list[str] = []
+                for frame in frames:
+                    text = json.dumps(frame, separators=(",", ":"))
+                    role = infer_role(codec.decode(text))
+                    by_master.append(
+                        await _judged_by_master(client if role == "client" else edge, text)
+                    )
+            finally:
+                await ctx.cleanup()
+    finally:
+        await master.stop()
+    path = tmp_path / "stream.jsonl"
+    path.write_text("\n".join(json.dumps(f) for f in frames) + "\n", encoding="utf-8")
+    out = io.StringIO()
+    with redirect_stdout(out):
+        main(["validate", "--sequence", "--json", str(path)])
+    lines = [json.loads(x) for x in out.getvalue().splitlines()]
+    by_validate = ["valid" if x["valid"] else str(x["error_code"]) for x in lines]
+    assert by_validate == by_master
+    assert {"block_state", "tool_pairing", "usage_missing", "invalid_frame", "turn_state"} <= set(
+        by_master
+    )
+
+
+async def _judged_by_master(sender: Any, text: str) -> str:
+    """Send ``text`` from ``sender`` (an attached peer); its verdict, as in _master_verdict."""
+    role = sender.role
+    await sender.send_raw(text)
+    barrier_type, barrier_payload = BARRIERS[role]
+    await sender.send(barrier_type, barrier_payload)
+    errors: list[str] = []
+    while True:
+        frame = await sender.recv(what="the barrier's direction error")
+        if frame.get("type") != "session.error":
+            continue
+        payload = frame.get("payload", {})
+        if barrier_type in str(payload.get("message", "")) and payload.get("error_code") == (
+            "direction"
+        ):
+            return errors[0] if errors else "valid"
+        errors.append(str(payload.get("error_code")))
