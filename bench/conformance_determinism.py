@@ -141,7 +141,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         durations.append(time.perf_counter() - started)
         for case_id, status in statuses.items():
             verdicts.setdefault(case_id, Counter())[status] += 1
-        print(f"run {seed + 1}/{runs}: {Counter(statuses.values())}", flush=True)
     unstable = {c: dict(v) for c, v in verdicts.items() if len(v) > 1}
     return {
         "runs": runs,
