@@ -100,6 +100,16 @@ def select(cases: Sequence[Case], only: Sequence[str], skip: Sequence[str]) -> l
     return [c for c in chosen if not any(fnmatch.fnmatchcase(c.id, p) for p in skip)]
 
 
+def _relies(c: Case) -> str:
+    """`` [checks F; needs F; uses F]`` for a case that declares features, else ""."""
+    parts = [f"checks {c.checks}"] if c.checks else []
+    if c.needs:
+        parts.append("needs " + ", ".join(c.needs))
+    if c.uses:
+        parts.append("uses " + ", ".join(c.uses))
+    return f"  [{'; '.join(parts)}]" if parts else ""
+
+
 def _handler(args: argparse.Namespace) -> int:
     return asyncio.run(main_async(args))
 
@@ -114,7 +124,7 @@ async def main_async(
     cases = select(registered, args.only, args.skip)
     if args.list:
         for c in cases:
-            print(f"{c.id:<48} {c.level:<6} {c.description}", file=out)
+            print(f"{c.id:<48} {c.level:<6} {c.description}{_relies(c)}", file=out)
         return 0
     if not cases:
         print("rawp conformance: no case matches --only/--skip", file=err)

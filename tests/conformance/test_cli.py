@@ -139,6 +139,8 @@ async def test_list_and_usage_errors() -> None:
     code, out, _ = await _run(None, "--list", "--only", "7.5.3/*")
     assert code == 0
     assert "7.5.3/cleanup-order-delete" in out
+    code, out, _ = await _run(None, "--list", "--only", "notes-5/4403-*")
+    assert "[needs session-tokens; uses presence, rest-sessions]" in out
     code, _, err = await _run(None, "--only", "nothing-matches")
     assert (code, "no case matches" in err) == (2, True)
     code, _, err = await _run(None)
