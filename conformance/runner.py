@@ -169,14 +169,21 @@ class Context:
             return True
         if self.has("rest-sessions"):
             self.note(f"no presence: waited for {peer.label}'s detach in GET /v1/sessions/{{id}}")
+            seen: str | None = ""
             while True:
                 state = await self.participant_state(peer.session_id, pid)
+                if state != seen:  # polled unrecorded: record each state once
+                    self.transcript.add(
+                        "http", "http", f"GET /v1/sessions/{{id}}: {peer.label} is {state}"
+                    )
+                    seen = state
                 if state != "attached":
                     return True
                 await asyncio.sleep(_POLL_S)
         if required:
+            lacking = [f for f in ("presence", "rest-sessions") if not self.has(f)]
             raise MissingPrerequisite(
-                ["presence", "rest-sessions"],
+                lacking or ["presence"],
                 "no signal (session.presence, GET /v1/sessions/{id}) shows when the master "
                 f"noticed {peer.label}'s detach",
             )
