@@ -210,7 +210,8 @@ class Report:
         """JUnit XML: one testcase per case; FAIL → failure, SKIP and expected failures → skipped.
 
         WARN (a SHOULD that failed) is not a JUnit failure: it is reported in the testcase's
-        ``system-out`` and in a ``level``/``status`` property pair.
+        ``system-out`` and in a ``level``/``status`` property pair. Every case that did not
+        pass has its wire transcript in ``system-out``.
         """
         counts = self.counts()
         failures = sum(1 for r in self.results if r.blocking)
@@ -256,9 +257,10 @@ class Report:
                 failure.text = f"{r.case.level} {r.case.id}: {r.case.description}\n{r.details}"
             elif r.status == "SKIP":
                 ET.SubElement(testcase, "skipped", {"message": r.details})
-            elif r.status == "WARN":
+            if r.status != "PASS":
                 out = ET.SubElement(testcase, "system-out")
-                out.text = f"WARN (SHOULD not met): {r.details}"
+                warn = f"WARN (SHOULD not met): {r.details}\n" if r.status == "WARN" else ""
+                out.text = f"{warn}wire transcript:\n{r.transcript.to_text()}"
             if r.stale:
                 out = ET.SubElement(testcase, "system-err")
                 out.text = "stale expected failure: this case passes now"

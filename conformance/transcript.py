@@ -99,3 +99,12 @@ class Transcript:
     def to_json(self) -> list[dict[str, Any]]:
         """Every event as JSON."""
         return [event.to_json() for event in self.events]
+
+    def to_text(self) -> str:
+        """One line per event: ``+12.3ms who kind [code] text`` (for JUnit's system-out)."""
+        lines = []
+        for e in self.events:
+            code = e.close_code if e.close_code is not None else e.http_status
+            mark = f" [{code}]" if code is not None else ""
+            lines.append(f"+{e.t_ms:.1f}ms {e.who} {e.kind}{mark} {e.text}")
+        return "\n".join(lines)

@@ -83,6 +83,9 @@ async def test_must_failure_exits_1(
     suite = ET.parse(junit).getroot()
     assert suite.get("failures") == "1"
     assert suite.find("testcase/failure") is not None
+    transcript = suite.findtext("testcase/system-out") or ""
+    assert "close [4403]" in transcript
+    assert "send" in transcript
 
 
 async def test_expected_failure_exits_0_and_stale_is_reported(
