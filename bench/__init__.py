@@ -22,6 +22,10 @@ as separate, bounded processes that stop by themselves:
   able to send what a correct client never does); ``_workload`` — the frames;
 * ``_procs``, ``_profile``, ``_report`` — processes, py-spy/cProfile summaries, tables.
 
+``conformance_determinism`` runs the whole conformance suite against an in-process master,
+twenty times, with random delays injected into its connection handling, and reports whether
+every case kept one verdict.
+
 Common flags: ``--quick`` (short runs), ``--loop asyncio|uvloop`` (the relays' event loop),
 ``--no-profile``. Plots are not drawn: matplotlib is not a dependency of this project.
 """

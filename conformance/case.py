@@ -12,6 +12,14 @@ configuration makes the check impossible. Register it with :func:`case`::
     )
     async def cleanup_order_delete(ctx: Context) -> None: ...
 
+A case declares the features of a master it relies on beyond the rule it checks (see
+:data:`FEATURES`): ``needs`` — without the feature the case cannot be judged and is SKIPped,
+naming the missing prerequisite; ``uses`` — the case works either way, falling back to another
+signal when the feature is missing (``ctx.has(name)`` tells which); ``checks`` — the feature
+the case itself judges (only such cases FAIL when a master lacks it). Whether a master has a
+feature is found once per run by the feature's probe (:mod:`.probes`), at the first case that
+declares it. Adding a feature is one :func:`feature` call and one probe.
+
 Case ids start with the rule's section: ``7.x.y/…`` for RAWP 1.0.2 §7 (normative), and
 ``notes-N/…`` for this project's wire contract (rawp-notes §N: envelope, handshake, buffers,
 termination, §15 edge cases). ``kill`` names the smallest change to a master that must make
@@ -30,16 +38,19 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CASES",
+    "FEATURES",
     "LEVELS",
     "Case",
     "CaseBody",
     "CaseFailed",
     "CaseSkipped",
+    "Feature",
     "Level",
     "all_cases",
     "case",
     "expect",
     "fail",
+    "feature",
     "skip",
     "spec_reference",
 ]
@@ -96,6 +107,14 @@ class Case:
     kill: str
     body: CaseBody
     spec: str
+    checks: str | None = None
+    needs: tuple[str, ...] = ()
+    uses: tuple[str, ...] = ()
+
+    @property
+    def prerequisites(self) -> tuple[str, ...]:
+        """Every feature the case relies on (``needs`` first), the one it checks excluded."""
+        return tuple(f for f in (*self.needs, *self.uses) if f != self.checks)
 
     @property
     def section(self) -> str:
@@ -103,12 +122,66 @@ class Case:
         return self.id.split("/", 1)[0]
 
 
+@dataclass(frozen=True)
+class Feature:
+    """Something a master may offer that some cases rely on beyond what they check."""
+
+    name: str
+    description: str
+    spec: str
+
+
+FEATURES: Final[dict[str, Feature]] = {}
+"""Every declared feature by name."""
+
+
+def feature(name: str, *, description: str, spec: str) -> Feature:
+    """Declare a feature cases may name in ``checks``, ``needs`` and ``uses``."""
+    if name in FEATURES:
+        raise ValueError(f"duplicate feature {name!r}")
+    FEATURES[name] = Feature(name=name, description=description, spec=spec)
+    return FEATURES[name]
+
+
+PRESENCE = feature(
+    "presence",
+    description="session.presence is broadcast when a participant attaches, detaches, expires",
+    spec="rawp-notes §5",
+)
+REST_SESSIONS = feature(
+    "rest-sessions",
+    description="GET /v1/sessions/{id} shows each participant's connection state",
+    spec="rawp-notes §10",
+)
+SESSION_TOKENS = feature(
+    "session-tokens",
+    description="POST /v1/sessions/{id}/tokens issues a session token that attaches as an edge",
+    spec="rawp-notes §10, §11",
+)
+RENAME_OVER_HTTP = feature(
+    "rename-over-http",
+    description="PATCH /v1/sessions/{id} makes the master rename the session",
+    spec="rawp-notes §10",
+)
+
 CASES: Final[dict[str, Case]] = {}
 """Every registered case by id, in registration order."""
 
 
-def case(*, id: str, level: Level, description: str, kill: str) -> Callable[[CaseBody], CaseBody]:
+def case(
+    *,
+    id: str,
+    level: Level,
+    description: str,
+    kill: str,
+    checks: str | None = None,
+    needs: tuple[str, ...] = (),
+    uses: tuple[str, ...] = (),
+) -> Callable[[CaseBody], CaseBody]:
     """Register the decorated coroutine function as a case (see the module docstring)."""
+    for name in (*([checks] if checks else []), *needs, *uses):
+        if name not in FEATURES:
+            raise ValueError(f"case {id}: unknown feature {name!r}")
     if level not in LEVELS:
         raise ValueError(f"level must be MUST or SHOULD, got {level!r}")
     spec = spec_reference(id)
@@ -121,7 +194,15 @@ def case(*, id: str, level: Level, description: str, kill: str) -> Callable[[Cas
         if id in CASES:
             raise ValueError(f"duplicate case id {id!r}")
         CASES[id] = Case(
-            id=id, level=level, description=description, kill=kill, body=body, spec=spec
+            id=id,
+            level=level,
+            description=description,
+            kill=kill,
+            body=body,
+            spec=spec,
+            checks=checks,
+            needs=needs,
+            uses=uses,
         )
         return body
 

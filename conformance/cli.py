@@ -3,7 +3,8 @@
 ::
 
     rawp conformance --ws-url ws://HOST:PORT/v1/ws --http-url http://HOST:PORT --api-key KEY
-                     [--json FILE] [--junit FILE] [--only PATTERN]... [--skip PATTERN]...
+                     [--json FILE] [--junit FILE] [--html FILE]
+                     [--only PATTERN]... [--skip PATTERN]...
                      [--expected-failures FILE] [--timeout SECONDS] [--hello-timeout SECONDS]
                      [--list]
 
@@ -28,7 +29,7 @@ from websockets.typing import Subprotocol
 
 from .case import Case, all_cases
 from .report import Progress, Report, read_expected_failures
-from .runner import Target, run_cases
+from .runner import Prerequisite, Target, run_cases
 
 __all__ = ["USAGE_ERROR", "main_async", "register", "select"]
 
@@ -57,6 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--api-key", default=None, help="an API key of the master (env RAWP_API_KEY)")
     a("--json", metavar="FILE", help="write the JSON report to FILE")
     a("--junit", metavar="FILE", help="write a JUnit XML report to FILE")
+    a(
+        "--html",
+        metavar="FILE",
+        help="write a self-contained HTML report (per-section tables, transcripts) to FILE",
+    )
     a(
         "--only",
         action="append",
@@ -94,6 +100,16 @@ def select(cases: Sequence[Case], only: Sequence[str], skip: Sequence[str]) -> l
     return [c for c in chosen if not any(fnmatch.fnmatchcase(c.id, p) for p in skip)]
 
 
+def _relies(c: Case) -> str:
+    """`` [checks F; needs F; uses F]`` for a case that declares features, else ""."""
+    parts = [f"checks {c.checks}"] if c.checks else []
+    if c.needs:
+        parts.append("needs " + ", ".join(c.needs))
+    if c.uses:
+        parts.append("uses " + ", ".join(c.uses))
+    return f"  [{'; '.join(parts)}]" if parts else ""
+
+
 def _handler(args: argparse.Namespace) -> int:
     return asyncio.run(main_async(args))
 
@@ -108,7 +124,7 @@ async def main_async(
     cases = select(registered, args.only, args.skip)
     if args.list:
         for c in cases:
-            print(f"{c.id:<48} {c.level:<6} {c.description}", file=out)
+            print(f"{c.id:<48} {c.level:<6} {c.description}{_relies(c)}", file=out)
         return 0
     if not cases:
         print("rawp conformance: no case matches --only/--skip", file=err)
@@ -147,12 +163,14 @@ async def main_async(
     print(f"RAWP conformance: {len(cases)} cases against {target.ws_url}", file=out, flush=True)
     started_at = dt.datetime.now(dt.UTC)
     started = time.perf_counter()
+    prerequisites: dict[str, Prerequisite] = {}
     results = await run_cases(
         target,
         cases,
         timeout=args.timeout,
         expected_failures=expected,
         on_result=Progress(out),
+        features=prerequisites,
     )
     report = Report(
         target=target,
@@ -161,6 +179,7 @@ async def main_async(
         duration_s=time.perf_counter() - started,
         expected_failures=expected,
         registered=frozenset(c.id for c in registered),
+        prerequisites=prerequisites,
     )
     print("", file=out)
     print(report.summary(), file=out, flush=True)
@@ -168,6 +187,8 @@ async def main_async(
         report.write_json(args.json)
     if args.junit:
         report.write_junit(args.junit)
+    if args.html:
+        report.write_html(args.html)
     return report.exit_code
 
 

@@ -24,6 +24,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.typing import Subprotocol
 
 from .case import CaseFailed
+from .transcript import Transcript
 from .wire import PRESENCE, PROTOCOL_VERSION, SUBPROTOCOL, envelope
 
 __all__ = ["HandshakeRefused", "Peer", "Received", "describe"]
@@ -83,10 +84,18 @@ def describe(frame: dict[str, Any]) -> str:
 class Peer:
     """One WebSocket connection to the master, speaking RAWP as plain JSON."""
 
-    def __init__(self, ws: ClientConnection, label: str, deadline: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        ws: ClientConnection,
+        label: str,
+        deadline: Callable[[], float],
+        transcript: Transcript | None = None,
+    ) -> None:
         self.ws = ws
         self.label = label
         self._deadline = deadline
+        self.transcript = Transcript() if transcript is None else transcript
+        self._close_recorded = False
         self.session_id = ""
         self.role = ""
         self.welcome: dict[str, Any] = {}
@@ -102,9 +111,12 @@ class Peer:
         label: str,
         deadline: Callable[[], float],
         subprotocols: Sequence[str] | None = (SUBPROTOCOL,),
+        transcript: Transcript | None = None,
     ) -> Peer:
         """Open the WebSocket (no hello yet). Raises :class:`HandshakeRefused` on HTTP errors."""
         offered = None if subprotocols is None else [Subprotocol(s) for s in subprotocols]
+        transcript = Transcript() if transcript is None else transcript
+        asked = ", ".join(subprotocols) if subprotocols else "none"
         timeout = max(0.1, deadline() - time.monotonic() - _MARGIN)
         try:
             ws = await connect(
@@ -118,8 +130,21 @@ class Peer:
                 proxy=None,
             )
         except InvalidStatus as exc:
-            raise HandshakeRefused(exc.response.status_code) from None
-        return cls(ws, label, deadline)
+            status = exc.response.status_code
+            transcript.add(
+                label,
+                "refused",
+                f"GET {url} (subprotocols: {asked}): upgrade refused with HTTP {status}",
+                http_status=status,
+            )
+            raise HandshakeRefused(status) from None
+        except (OSError, TimeoutError) as exc:
+            transcript.add(label, "refused", f"GET {url}: {type(exc).__name__}: {exc}")
+            raise
+        transcript.add(
+            label, "open", f"{url} (subprotocols: {asked}; selected: {ws.subprotocol or 'none'})"
+        )
+        return cls(ws, label, deadline, transcript)
 
     async def hello(
         self,
@@ -182,9 +207,14 @@ class Peer:
 
     async def send_raw(self, message: str | bytes) -> None:
         """Send one WebSocket message as it is (text for str, binary for bytes)."""
+        if isinstance(message, bytes):
+            self.transcript.add(self.label, "send", f"binary message, {len(message)} bytes")
+        else:
+            self.transcript.add(self.label, "send", message)
         try:
             await self.ws.send(message)
         except ConnectionClosed:
+            self._record_close()
             raise CaseFailed(
                 f"{self.label}: cannot send, the master closed the connection ({self.close_code})"
             ) from None
@@ -205,11 +235,14 @@ class Peer:
                 f"{self.label}: nothing arrived within {wait:.1f}s while waiting for {what}"
             ) from None
         except ConnectionClosed:
+            self._record_close()
             raise CaseFailed(
                 f"{self.label}: the connection closed ({self.close_code}) while waiting for {what}"
             ) from None
         if isinstance(message, bytes):
+            self.transcript.add(self.label, "recv", f"binary message, {len(message)} bytes")
             raise CaseFailed(f"{self.label}: the master sent a binary message (notes §2)")
+        self.transcript.add(self.label, "recv", message)
         try:
             frame = json.loads(message)
         except ValueError:
@@ -275,8 +308,12 @@ class Peer:
                 return frames
             try:
                 message = await asyncio.wait_for(self.ws.recv(), left)
-            except (TimeoutError, ConnectionClosed):
+            except TimeoutError:
                 return frames
+            except ConnectionClosed:
+                self._record_close()
+                return frames
+            self._record_message(message)
             if isinstance(message, str):
                 try:
                     frame = json.loads(message)
@@ -299,7 +336,9 @@ class Peer:
                     f"{what}"
                 ) from None
             except ConnectionClosed:
+                self._record_close()
                 return frames
+            self._record_message(message)
             if isinstance(message, str):
                 try:
                     frame = json.loads(message)
@@ -308,6 +347,25 @@ class Peer:
                 if isinstance(frame, dict):
                     self.log.append(Received(frame, message))
                     frames.append(frame)
+
+    def _record_message(self, message: str | bytes) -> None:
+        if isinstance(message, bytes):
+            self.transcript.add(self.label, "recv", f"binary message, {len(message)} bytes")
+        else:
+            self.transcript.add(self.label, "recv", message)
+
+    def _record_close(self, *, by: str = "the master") -> None:
+        """Record how the socket closed, once."""
+        if self._close_recorded:
+            return
+        self._close_recorded = True
+        code = self.ws.close_code
+        reason = self.ws.close_reason or ""
+        if self.ws.protocol.close_rcvd is None and by == "the master":
+            text = f"the connection was lost without a close frame ({code})"
+        else:
+            text = f"closed by {by}: {code}" + (f" {reason!r}" if reason else "")
+        self.transcript.add(self.label, "close", text, close_code=code)
 
     @property
     def close_code(self) -> int | None:
@@ -323,11 +381,16 @@ class Peer:
 
     async def close(self) -> None:
         """Close normally (1000)."""
+        already = self.ws.close_code is not None
         try:
             await asyncio.wait_for(self.ws.close(), 2.0)
         except (TimeoutError, ConnectionClosed, OSError):
             self.ws.transport.abort()
+        self._record_close(by="the master" if already else "the runner")
 
     def drop(self) -> None:
         """Vanish without a closing handshake, like a lost network (§7.8.1 "WSS error")."""
+        if not self._close_recorded:
+            self._close_recorded = True
+            self.transcript.add(self.label, "close", "dropped by the runner (TCP abort)")
         self.ws.transport.abort()

@@ -1,9 +1,11 @@
-"""Reporting a conformance run: live progress, summary table, JSON, JUnit XML.
+"""Reporting a conformance run: live progress, summary table, JSON, JUnit XML, HTML.
 
 Every case result carries its id, level (MUST / SHOULD, RAWP 1.0.2 §7 and rawp-notes), status
 (PASS / FAIL / WARN / SKIP), the spec reference its id cites, details and duration. The run
 exits 1 when a MUST failed that is not listed in the expected-failures file; an expected
-failure that now passes is *stale* and reported (it does not change the exit code).
+failure that now passes is *stale* and reported (it does not change the exit code). Every
+case that did not pass carries its wire transcript; the features the run found missing are
+listed with the probe that found them (and its transcript) and the cases that relied on them.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from .runner import STATUSES, Result, Target
+from .runner import STATUSES, Prerequisite, Result, Target
 
 __all__ = [
     "FORMAT_VERSION",
@@ -25,7 +27,7 @@ __all__ = [
     "read_expected_failures",
 ]
 
-FORMAT_VERSION: Final = 1
+FORMAT_VERSION: Final = 2
 """Version of the JSON report layout."""
 
 
@@ -67,6 +69,16 @@ class Report:
     duration_s: float
     expected_failures: frozenset[str] = frozenset()
     registered: frozenset[str] = field(default_factory=frozenset)
+    prerequisites: dict[str, Prerequisite] = field(default_factory=dict)
+
+    @property
+    def missing_prerequisites(self) -> list[Prerequisite]:
+        """The features the run's probes found missing."""
+        return [p for p in self.prerequisites.values() if not p.present]
+
+    def relying_on(self, feature: str) -> list[Result]:
+        """The cases that relied on ``feature`` (skipped for it or fell back)."""
+        return [r for r in self.results if feature in r.missing]
 
     # --- verdict ---------------------------------------------------------------------------
 
@@ -117,6 +129,14 @@ class Report:
             for r in failing:
                 mark = " (expected failure)" if r.expected_failure else ""
                 lines.append(f"  {r.status} {r.case.level:<6} {r.case.id}{mark}: {r.details}")
+        if self.missing_prerequisites:
+            lines += ["", "Missing prerequisites (features this master lacks):"]
+            for missing in self.missing_prerequisites:
+                f = missing.feature
+                lines.append(f"  {f.name} ({f.spec}: {f.description}): {missing.details}")
+                for r in self.relying_on(f.name):
+                    how = "skipped" if r.status == "SKIP" else f"fell back, {r.status}"
+                    lines.append(f"    {r.case.id}: {how}")
         skipped = [r for r in self.results if r.status == "SKIP"]
         if skipped:
             lines += ["", "Skipped:"]
@@ -157,21 +177,27 @@ class Report:
             },
             "stale_expected_failures": self.stale,
             "unknown_expected_failures": self.unknown_expected,
-            "cases": [
+            "missing_prerequisites": [p.feature.name for p in self.missing_prerequisites],
+            "prerequisites": [
                 {
-                    "id": r.case.id,
-                    "level": r.case.level,
-                    "status": r.status,
-                    "spec": r.case.spec,
-                    "description": r.case.description,
-                    "details": r.details,
-                    "duration_s": round(r.duration_s, 3),
-                    "expected_failure": r.expected_failure,
-                    "kill": r.case.kill,
+                    "feature": p.feature.name,
+                    "spec": p.feature.spec,
+                    "description": p.feature.description,
+                    "present": p.present,
+                    "details": p.details,
+                    "relied_on_by": [r.case.id for r in self.relying_on(p.feature.name)],
+                    **({} if p.present else {"transcript": p.transcript.to_json()}),
                 }
-                for r in self.results
+                for p in self.prerequisites.values()
             ],
+            "cases": [_case_json(r) for r in self.results],
         }
+
+    def write_html(self, path: str | Path) -> None:
+        """Write the self-contained HTML report (:mod:`.html_report`) to ``path``."""
+        from .html_report import render
+
+        Path(path).write_text(render(self), encoding="utf-8")
 
     def write_json(self, path: str | Path) -> None:
         """Write :meth:`to_json` to ``path``."""
@@ -184,7 +210,8 @@ class Report:
         """JUnit XML: one testcase per case; FAIL → failure, SKIP and expected failures → skipped.
 
         WARN (a SHOULD that failed) is not a JUnit failure: it is reported in the testcase's
-        ``system-out`` and in a ``level``/``status`` property pair.
+        ``system-out`` and in a ``level``/``status`` property pair. Every case that did not
+        pass has its wire transcript in ``system-out``.
         """
         counts = self.counts()
         failures = sum(1 for r in self.results if r.blocking)
@@ -230,9 +257,10 @@ class Report:
                 failure.text = f"{r.case.level} {r.case.id}: {r.case.description}\n{r.details}"
             elif r.status == "SKIP":
                 ET.SubElement(testcase, "skipped", {"message": r.details})
-            elif r.status == "WARN":
+            if r.status != "PASS":
                 out = ET.SubElement(testcase, "system-out")
-                out.text = f"WARN (SHOULD not met): {r.details}"
+                warn = f"WARN (SHOULD not met): {r.details}\n" if r.status == "WARN" else ""
+                out.text = f"{warn}wire transcript:\n{r.transcript.to_text()}"
             if r.stale:
                 out = ET.SubElement(testcase, "system-err")
                 out.text = "stale expected failure: this case passes now"
@@ -243,3 +271,25 @@ class Report:
         tree = self.to_junit()
         ET.indent(tree)
         tree.write(path, encoding="utf-8", xml_declaration=True)
+
+
+def _case_json(r: Result) -> dict[str, Any]:
+    """One case in the JSON report; the transcript only when it did not pass."""
+    out: dict[str, Any] = {
+        "id": r.case.id,
+        "level": r.case.level,
+        "status": r.status,
+        "spec": r.case.spec,
+        "description": r.case.description,
+        "details": r.details,
+        "duration_s": round(r.duration_s, 3),
+        "expected_failure": r.expected_failure,
+        "kill": r.case.kill,
+        "checks": r.case.checks,
+        "needs": list(r.case.needs),
+        "uses": list(r.case.uses),
+        "missing_prerequisites": list(r.missing),
+    }
+    if r.status != "PASS":
+        out["transcript"] = r.transcript.to_json()
+    return out

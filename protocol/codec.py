@@ -11,13 +11,15 @@
 from __future__ import annotations
 
 import datetime as _dt
+import difflib
+import re
 import uuid
 from typing import Any, Final
 
 import msgspec
 
 from .errors import InvalidFrame, UnknownType
-from .frames import AnyFrame, Frame, GenericFrame, Metadata, Sender
+from .frames import _ISO8601, _UUID4, AnyFrame, Frame, GenericFrame, Metadata, Sender, frame_types
 
 __all__ = [
     "SYNTHETIC",
@@ -69,15 +71,36 @@ def _decode_unknown(data: bytes | str, text: str) -> GenericFrame:
         raise InvalidFrame("JSON nested too deeply") from None
     if generic.metadata is not None and generic.metadata.ignorable:
         return generic
+    close = difflib.get_close_matches(generic.type, frame_types(), n=1, cutoff=0.75)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise UnknownType(
-        f"unknown frame type {generic.type!r}; set metadata.ignorable to true to have "
+        f"unknown frame type {generic.type!r}{hint}; set metadata.ignorable to true to have "
         "it relayed untouched"
     )
 
 
+_PATTERN_NAMES: Final = {
+    _UUID4: "must be a UUID v4 (like 0f8fad5b-d9cb-469f-a165-70867728950e)",
+    _ISO8601: "must be an ISO 8601 date-time or duration (like PT5H)",
+}
+_PATTERN_MISMATCH: Final = re.compile(
+    r"^Expected `str` matching regex (?P<pattern>'.*') - at `(?P<at>[^`]+)`$", re.DOTALL
+)
+
+
 def _explain(text: str) -> str:
-    """Turn msgspec's message into one that names the field in the envelope's terms."""
-    return text.replace("`$.", "`").replace("`$`", "the envelope")
+    """Turn msgspec's message into one that names the field in the envelope's terms.
+
+    A string that does not match a known pattern says what it must be ("must be a UUID v4")
+    rather than quoting the regular expression.
+    """
+    text = text.replace("`$.", "`").replace("`$`", "the envelope")
+    match = _PATTERN_MISMATCH.match(text)
+    if match:
+        for pattern, meaning in _PATTERN_NAMES.items():
+            if match.group("pattern") == repr(pattern):
+                return f"`{match.group('at')}` {meaning}"
+    return text
 
 
 def decode_object(data: bytes | str) -> dict[str, Any]:

@@ -135,18 +135,13 @@ async def no_finalization_after_termination(ctx: Context) -> None:
     level="SHOULD",
     description="an edge dropping finalizes nothing: the client's turn goes on",
     kill="finalize the session when an edge's connection drops",
+    uses=("presence", "rest-sessions"),
 )
 async def edge_drop(ctx: Context) -> None:
     state = await mid_turn(ctx, edges=2, calls=1)
     gone, watcher = state.edges
     gone.drop()
-    await watcher.recv_until(
-        lambda f: (
-            f.get("type") == "session.presence"
-            and f.get("payload", {}).get("participant_id") == gone.participant_id
-        ),
-        what="presence of the dropped edge",
-    )
+    await ctx.detached(gone, watcher, required=True)
     result = await state.client.send(
         "tool.invoke.result", {"call_id": state.calls[0], "status": "ok", "output": "done"}
     )

@@ -21,6 +21,7 @@ import protocol.codec
 import protocol.errors
 import protocol.state
 import relay.auth
+import relay.http.sessions
 import relay.hub
 import relay.server
 import relay.session
@@ -52,6 +53,7 @@ from protocol.frames import (
 from protocol.state import Phase, Rule
 from relay.session import Session
 from relay.store.base import LogEntry, ParticipantRecord
+from tests.conformance.switches import SWITCHES
 
 __all__ = ["KILLS", "Kill"]
 
@@ -927,3 +929,30 @@ def _detached_client_blocks(mp: pytest.MonkeyPatch) -> None:
         return attach
 
     _wrap(mp, Session, "attach", make)
+
+
+# --- the HTTP API other cases rely on (notes §10): the runner's features ----------------------
+
+
+@kill("notes-10/session-state-over-http")
+def _detached_shown_attached(mp: pytest.MonkeyPatch) -> None:
+    def make(orig: Any) -> Any:
+        async def describe(*args: Any, **kwargs: Any) -> Any:
+            out = await orig(*args, **kwargs)
+            for participant in out.participants:
+                participant.state = "attached"
+            return out
+
+        return describe
+
+    _wrap(mp, relay.http.sessions, "describe", make)
+
+
+@kill("notes-10/session-tokens-over-http")
+def _tokens_route_404(mp: pytest.MonkeyPatch) -> None:
+    SWITCHES["session-tokens"](mp)
+
+
+@kill("notes-10/rename-over-http")
+def _rename_route_405(mp: pytest.MonkeyPatch) -> None:
+    SWITCHES["rename-over-http"](mp)

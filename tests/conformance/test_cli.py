@@ -70,14 +70,22 @@ async def test_must_failure_exits_1(
     """A failing MUST exits 1 and is a JUnit failure."""
     KILLS["notes-5/4401-bad-credential"](monkeypatch)
     master = await start_master()
-    junit = tmp_path / "report.xml"
-    code, out, _ = await _run(master, "--only", "notes-5/4401-*", "--junit", str(junit))
+    junit, page = tmp_path / "report.xml", tmp_path / "report.html"
+    code, out, _ = await _run(
+        master, "--only", "notes-5/4401-*", "--junit", str(junit), "--html", str(page)
+    )
     assert code == 1
+    html = page.read_text(encoding="utf-8")
+    assert 'id="case-notes-5-4401-bad-credential"' in html
+    assert "Wire transcript" in html
     assert "FAIL" in out
     assert "closed with 4403, not 4401" in out
     suite = ET.parse(junit).getroot()
     assert suite.get("failures") == "1"
     assert suite.find("testcase/failure") is not None
+    transcript = suite.findtext("testcase/system-out") or ""
+    assert "close [4403]" in transcript
+    assert "send" in transcript
 
 
 async def test_expected_failure_exits_0_and_stale_is_reported(
@@ -134,6 +142,8 @@ async def test_list_and_usage_errors() -> None:
     code, out, _ = await _run(None, "--list", "--only", "7.5.3/*")
     assert code == 0
     assert "7.5.3/cleanup-order-delete" in out
+    code, out, _ = await _run(None, "--list", "--only", "notes-5/4403-*")
+    assert "[needs session-tokens; uses presence, rest-sessions]" in out
     code, _, err = await _run(None, "--only", "nothing-matches")
     assert (code, "no case matches" in err) == (2, True)
     code, _, err = await _run(None)

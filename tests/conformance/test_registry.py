@@ -87,3 +87,20 @@ def test_docs_list_every_case() -> None:
         if len(cells) == 4 and cells[0].startswith("`") and "/" in cells[0]:
             rows[cells[0].strip("`")] = tuple(cells[1:])
     assert rows == {c.id: (c.level, c.description, c.kill) for c in all_cases()}
+
+
+def test_every_case_has_spec_text() -> None:
+    """The report can quote the rule of every case: its section is found in the bundled specs."""
+    from conformance.spec_text import section_text
+
+    for c in all_cases():
+        text = section_text(c.section)
+        number = c.section.removeprefix("notes-")
+        assert text, c.id
+        assert number.split(".")[-1] in text.splitlines()[0], (c.id, text.splitlines()[0])
+
+
+def test_features_are_declared_with_known_names() -> None:
+    """A case naming an unknown feature is refused at registration."""
+    with pytest.raises(ValueError, match="unknown feature"):
+        case(id="7.7.1/x", level="MUST", description="d", kill="k", needs=("telepathy",))

@@ -266,3 +266,35 @@ def test_stdin_through_the_installed_command() -> None:
     assert done.returncode == 1, done.stderr
     assert done.stdout.splitlines()[0] == "1 ok"
     assert done.stdout.splitlines()[1].startswith("2 invalid invalid_frame: ")
+
+
+def test_closed_output_is_not_a_read_error(tmp_path: Path) -> None:
+    """`rawp validate --json FILE | head -1`: the closed pipe is not reported as a read error."""
+    line = json.dumps(frame("user.message", {"text": "hi"}))
+    path = tmp_path / "many.jsonl"
+    path.write_text("\n".join([line] * 20000) + "\n", encoding="utf-8")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rawp.cli", "validate", "--json", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    assert process.stderr is not None
+    first = process.stdout.readline()
+    process.stdout.close()
+    errors = process.stderr.read().decode()
+    assert process.wait(timeout=30) == 0
+    assert json.loads(first)["valid"] is True
+    assert "cannot read" not in errors
+    assert "Traceback" not in errors
+
+
+def test_messages_name_what_a_value_must_be(tmp_path: Path, capsys: Any) -> None:
+    """A bad turn id says "must be a UUID v4"; a near-miss type says "did you mean"."""
+    bad_uuid = frame("session.turn.start", {"turn_id": "turn-1", "turn_index": 0})
+    near_miss = frame("user.mesage", {"text": "hi"})
+    text = json.dumps(bad_uuid) + "\n" + json.dumps(near_miss) + "\n"
+    code, out, _ = run(tmp_path, capsys, text)
+    assert code == 1
+    assert "`payload.turn_id` must be a UUID v4" in out[0]
+    assert "did you mean 'user.message'?" in out[1]

@@ -2,7 +2,9 @@
 
 A valid vector is ``{"frame": {...}}``. An invalid one is ``{"frame": {...}, "error_code":
 "invalid_frame", "why": "..."}``, plus ``"schema_rejects": false`` when the rule it breaks is
-not expressible in JSON Schema (the generated schemas then accept it).
+not expressible in JSON Schema (the generated schemas then accept it), and ``"refused_by":
+"frame_rules"`` when the frame decodes and is refused by the frame-level rules the master
+applies beyond decoding (``protocol.cli.frame_problem``: compaction counts, history frames).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class Vector:
     error_code: str | None
     why: str | None
     schema_rejects: bool
+    refused_by: str = "decode"
 
     @property
     def id(self) -> str:
@@ -54,6 +57,7 @@ def load_vectors() -> list[Vector]:
                 error_code=data.get("error_code"),
                 why=data.get("why"),
                 schema_rejects=data.get("schema_rejects", True),
+                refused_by=data.get("refused_by", "decode"),
             )
         )
     return vectors
