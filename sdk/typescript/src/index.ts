@@ -1,0 +1,6 @@
+export * from "./codec.js";
+export * from "./buffers.js";
+export * from "./state.js";
+export * from "./finalize.js";
+export * from "./view.js";
+export type * from "./frames.js";
