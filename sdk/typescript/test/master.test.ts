@@ -2,12 +2,15 @@
 // drop and reattach with exact buffer accounting, backlog replay, persistence, refusals,
 // deletion, and a master restart mid-turn. (Producer acks: acks.test.ts, gated.)
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
+import { promisify } from "node:util";
 import { HandshakeRefused, RawpClient, type ClientOptions, type Delivery } from "../src/client.js";
 import { byteLength, encode, newMessageId, now } from "../src/codec.js";
 import type { TextBlock, ToolCallBlock, TurnBlock } from "../src/view.js";
 import { memoryStore } from "../src/persistence.js";
-import { API_KEY, Master, NodeWebSocket, gatedWebSocket, sessionId, until } from "./helpers.js";
+import { API_KEY, Master, NodeWebSocket, gatedWebSocket, packageDir, sessionId, until } from "./helpers.js";
 
 let master: Master;
 const opened: RawpClient[] = [];
@@ -67,6 +70,18 @@ describe("against a real master", () => {
     assert.equal(turnBlock.stop_reason, "end_turn");
     assert.equal(edge.view.status, "idle");
     assert.equal(agent.view.totals.input_tokens, 10); // the sender folds its own frames
+  });
+
+  test("the documented Node agent example runs one turn against the master", async () => {
+    const sid = sessionId("example");
+    const run = promisify(execFile)(process.execPath, [join(packageDir, "examples", "node-agent.mjs")], {
+      env: { ...process.env, RAWP_URL: master.wsUrl, RAWP_TOKEN: API_KEY, RAWP_SESSION: sid },
+      timeout: 30_000,
+    });
+    const { stdout } = await run;
+    assert.deepEqual(JSON.parse(stdout), { session: sid, turns: 1, status: "idle" });
+    const log = await master.http("GET", `/v1/sessions/${encodeURIComponent(sid)}/events?order=asc&limit=50`);
+    assert.equal(log.status, 200);
   });
 
   test("a bad credential is refused with 4401 and never retried", async () => {

@@ -144,3 +144,21 @@ test("notice texts quote names the way the Python view does", () => {
   assert.equal(pyRepr("it's"), '"it\'s"');
   assert.equal(pyRepr("a\nb"), "'a\\nb'");
 });
+
+test("the library imports nothing from Node, so it runs unchanged in a browser", async () => {
+  const { readdirSync, readFileSync } = await import("node:fs");
+  const dir = join(packageDir, "dist", "src");
+  const files: string[] = [];
+  const walk = (d: string) => {
+    for (const e of readdirSync(d, { withFileTypes: true })) {
+      if (e.isDirectory()) walk(join(d, e.name));
+      else if (e.name.endsWith(".js")) files.push(join(d, e.name));
+    }
+  };
+  walk(dir);
+  assert.ok(files.length > 5);
+  for (const f of files) {
+    const text = readFileSync(f, "utf8");
+    assert.doesNotMatch(text, /from "node:|require\(|\bprocess\.|\bBuffer\b/, f);
+  }
+});
