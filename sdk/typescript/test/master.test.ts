@@ -191,6 +191,54 @@ describe("against a real master", () => {
     assert.equal((edge.view.blocks.find((b) => b.kind === "turn") as TurnBlock).stop_reason, "end_turn");
   });
 
+  test("an edge's messages made while disconnected are resent one by one; DROP's lost ones reject and leave a notice", async () => {
+    const sid = sessionId();
+    const agent = client({ sessionId: sid, role: "client", create: true });
+    const agentFrames = collect(agent);
+    await agent.connect();
+    const { WebSocket, gate } = gatedWebSocket();
+    const probe = byteLength(encode({
+      type: "user.message", message_id: newMessageId(), session_id: sid, timestamp: now(), payload: { text: "m0" },
+    }));
+    const edge = client({ sessionId: sid, role: "edge", WebSocket, buffer: { policy: "DROP", capacity_bytes: 2 * probe } });
+    await edge.connect();
+    gate.down = true;
+    edge.abortConnection();
+    await edge.waitStatus("reconnecting");
+    const sends = ["m1", "m2", "m3", "m4"].map((t) => edge.userMessage(t));
+    const lost = await Promise.allSettled(sends.slice(2));
+    assert.ok(lost.every((o) => o.status === "rejected" && o.reason.name === "FrameLost"));
+    assert.deepEqual(edge.bufferStatus(), {
+      policy_applied: "DROP", truncated: true, lost_frame_count: 2, buffer_high_watermark: 2 * probe,
+    });
+    gate.down = false;
+    await Promise.all(sends.slice(0, 2));
+    await until(() => agentFrames.filter((d) => d.frame.type === "user.message").length === 2, "the agent getting both");
+    const texts = agentFrames.filter((d) => d.frame.type === "user.message").map((d) => (d.frame.payload as { text: string }).text);
+    assert.deepEqual(texts, ["m1", "m2"]);
+    assert.ok(edge.view.notices.some((n) => n.kind === "local" && n.text.startsWith("2 frame(s) sent while disconnected were lost (DROP")));
+    assert.equal(edge.view.blocks.filter((b) => b.kind === "user_message").length, 2);
+  });
+
+  test("with splitBacklog false the backlog is delivered as one session.history frame", async () => {
+    const sid = sessionId();
+    const agent = client({ sessionId: sid, role: "client", create: true });
+    await agent.connect();
+    const turn = agent.turnStart();
+    await agent.textDelta("b1", "x");
+    await agent.textDone("b1");
+    await agent.turnEnd(turn.turnId);
+    await agent.usage({ inputTokens: 1, outputTokens: 1 });
+    const edge = client({ sessionId: sid, role: "edge", fromStart: true, splitBacklog: false });
+    const frames = collect(edge);
+    await edge.connect();
+    await until(() => edge.view.totals.turns === 1, "the backlog folded");
+    const histories = frames.filter((d) => d.frame.type === "session.history");
+    assert.equal(histories.length, 1);
+    assert.equal(histories[0]!.replayed, false);
+    assert.equal(frames.some((d) => d.replayed), false);
+  });
+
   test("an edge whose NONE buffer missed frames sees a truncated backlog with the exact lost count", async () => {
     const sid = sessionId();
     const agent = client({ sessionId: sid, role: "client", create: true });
