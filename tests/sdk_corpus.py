@@ -257,7 +257,11 @@ def generate(count: int = CASES) -> list[dict[str, Any]]:
     def draw(data: st.DataObject) -> None:
         cases.append(_case(data, len(cases)))
 
-    draw()
+    saved = S._message_ids  # other tests keep counting where they were
+    try:
+        draw()
+    finally:
+        S._message_ids = saved
     return cases
 
 
