@@ -230,7 +230,6 @@ function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<
   });
 }
 
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 // --- options, events, deliveries ----------------------------------------------------------
 
@@ -383,6 +382,8 @@ export class RawpClient implements AsyncIterable<Delivery> {
   private ackTimer: ReturnType<typeof setTimeout> | null = null;
   private runner: Promise<void> | null = null;
   private sendChain: Promise<unknown> = Promise.resolve();
+  private wakeSleep: (() => void) | null = null;
+  private connecting: Promise<Welcome> | null = null;
 
   constructor(options: ClientOptions) {
     if (options.role !== "client" && options.role !== "edge") throw new RangeError("role must be 'client' or 'edge'");
@@ -475,9 +476,18 @@ export class RawpClient implements AsyncIterable<Delivery> {
   // --- lifecycle ---------------------------------------------------------------------------
 
   /** Connect (retrying per backoff), say hello, wait for the welcome. Rejects with a refusal. */
-  async connect(): Promise<Welcome> {
-    if (this.closing) throw new ClientClosed("this client was closed");
-    if (this.runner !== null && this.welcome !== null) return this.welcome;
+  connect(): Promise<Welcome> {
+    if (this.closing) return Promise.reject(new ClientClosed("this client was closed"));
+    if (this.runner !== null && this.welcome !== null) return Promise.resolve(this.welcome);
+    if (this.connecting === null) {
+      this.connecting = this.connectOnce().finally(() => {
+        this.connecting = null;
+      });
+    }
+    return this.connecting;
+  }
+
+  private async connectOnce(): Promise<Welcome> {
     if (this.WS === undefined) {
       throw new ClientError("no WebSocket constructor: pass options.WebSocket (in Node 20: the `ws` package)");
     }
@@ -498,7 +508,9 @@ export class RawpClient implements AsyncIterable<Delivery> {
     }
     this.closing = true;
     this.liveFlag = false;
+    this.wakeSleep?.(); // a reconnect waiting out its backoff gives up now
     this.conn?.ws.close(1000, "client closed");
+    await this.connecting?.catch(() => {});
     await this.runner?.catch(() => {});
     await this.save();
     this.finish(null);
@@ -563,7 +575,7 @@ export class RawpClient implements AsyncIterable<Delivery> {
       if (this.closing) throw new ClientClosed("this client was closed");
       if (!first || attempt > 0) {
         this.setStatus("reconnecting");
-        await sleep(this.backoff.delay(attempt, this.random));
+        await this.sleep(this.backoff.delay(attempt, this.random));
         if (this.closing) throw new ClientClosed("this client was closed");
       }
       this.setStatus("connecting");
@@ -582,6 +594,19 @@ export class RawpClient implements AsyncIterable<Delivery> {
         }
       }
     }
+  }
+
+  private sleep(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(done, ms);
+      const self = this;
+      function done() {
+        clearTimeout(timer);
+        if (self.wakeSleep === done) self.wakeSleep = null;
+        resolve();
+      }
+      this.wakeSleep = done;
+    });
   }
 
   private async open(): Promise<Conn> {

@@ -106,6 +106,23 @@ describe("against a real master", () => {
     assert.equal(statuses.at(-1), "connected");
   });
 
+  test("close() during a long reconnect backoff ends the client at once and its stream normally", { timeout: 15_000 }, async () => {
+    const { WebSocket, gate } = gatedWebSocket();
+    const agent = client({ sessionId: sessionId(), role: "client", create: true, WebSocket, backoff: { initialMs: 60_000, maxMs: 60_000 }, random: () => 1 });
+    const first = agent.connect();
+    const again = agent.connect();
+    assert.equal(await first, await again); // one handshake for concurrent connect() calls
+    gate.down = true;
+    agent.abortConnection();
+    await agent.waitStatus("reconnecting");
+    const pending = agent.textDelta("b1", "never sent");
+    await agent.close();
+    assert.equal(agent.status, "closed");
+    let delivery = await agent.receive();
+    while (delivery !== null) delivery = await agent.receive(); // ends normally (null), no error
+    await assert.rejects(pending, /closed/);
+  });
+
   test("frames made while disconnected reach the master in one history with the exact RING buffer_status", async () => {
     const sid = sessionId();
     const { WebSocket, gate } = gatedWebSocket();
