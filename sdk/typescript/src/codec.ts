@@ -115,11 +115,15 @@ function validate(value: unknown, schema: Schema, path: string, depth: number): 
     return `${path}: expected one of ${en.map((e) => JSON.stringify(e)).join(", ")}`;
   }
   if (typeof value === "string") {
-    if (typeof schema.minLength === "number" && [...value].length < schema.minLength) {
-      return `${path}: shorter than ${schema.minLength}`;
+    // Lengths count code points; UTF-16 length bounds them (n/2 ≤ code points ≤ n), so the
+    // count is only taken when the bound cannot decide.
+    const min = schema.minLength;
+    if (typeof min === "number" && value.length < 2 * min && [...value].length < min) {
+      return `${path}: shorter than ${min}`;
     }
-    if (typeof schema.maxLength === "number" && [...value].length > schema.maxLength) {
-      return `${path}: longer than ${schema.maxLength}`;
+    const max = schema.maxLength;
+    if (typeof max === "number" && value.length > max && [...value].length > max) {
+      return `${path}: longer than ${max}`;
     }
     if (typeof schema.pattern === "string" && !regex(schema.pattern).test(value)) {
       return `${path}: does not match ${schema.pattern}`;
