@@ -699,7 +699,7 @@ export class RawpClient implements AsyncIterable<Delivery> {
     const received = welcome.payload.received?.last_message_id ?? null;
     const synced = this.syncedFrame(received, welcome);
     if (received) {
-      this.inFlight.discardThrough((f) => f.message_id === received);
+      this.discardCommitted(received);
       this.commitThrough(received, null, "welcome");
     }
     if (this.producerAcks) {
@@ -966,8 +966,14 @@ export class RawpClient implements AsyncIterable<Delivery> {
   private onMasterAck(ack: MasterAck): void {
     const id = ack.payload.last_message_id;
     if (typeof id !== "string" || id === "") return;
-    this.inFlight.discardThrough((f) => f.message_id === id);
+    this.discardCommitted(id);
     this.commitThrough(id, ack.payload.last_seq, "ack");
+  }
+
+  /** Drop what the master has from the in-flight window (a history: every frame inside it). */
+  private discardCommitted(id: string): void {
+    const lastInner = this.pending.find((p) => p.id === id)?.inner?.at(-1);
+    this.inFlight.discardThrough((f) => f.message_id === id || f.message_id === lastInner);
   }
 
   /**
