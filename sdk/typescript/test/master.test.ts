@@ -334,7 +334,7 @@ describe("against a real master", () => {
     void turn;
   });
 
-  test("a master restart mid-turn: the agent reconnects to the new master and replays its frames in its history", async () => {
+  test("a master restart mid-turn: the agent replays its frames to the new master; a watching edge keeps its finalization and is told the view is incomplete", async () => {
     const own = await new Master(["--reattach-window", "30"]).start();
     try {
       const sid = sessionId();
@@ -344,11 +344,22 @@ describe("against a real master", () => {
       });
       opened.push(agent);
       await agent.connect();
+      const { WebSocket, gate } = gatedWebSocket();
+      const watcher = new RawpClient({
+        url: own.wsUrl, token: API_KEY, WebSocket, producerAcks: false,
+        sessionId: sid, role: "edge", backoff: { initialMs: 20, maxMs: 100 },
+      });
+      opened.push(watcher);
+      await watcher.connect();
       const turn = agent.turnStart();
       await agent.textDelta("b1", "half");
+      await until(() => watcher.view.blocks.some((b) => b.kind === "text"), "the edge seeing the text");
       const epoch = agent.epoch;
+      gate.down = true; // the edge comes back only once the agent re-created the session
       await own.kill();
       await agent.waitStatus("reconnecting");
+      await watcher.waitStatus("reconnecting");
+      assert.equal(watcher.view.finalizedLocally, true);
       assert.equal(agent.view.finalizedLocally, true);
       const buffered = agent.textDelta("b1", " done"); // buffered while the master is down
       assert.equal(agent.buffered, 1);
@@ -370,6 +381,16 @@ describe("against a real master", () => {
         const text = edge.view.blocks.find((b) => b.kind === "text") as TextBlock;
         assert.equal(text.text, "half done");
         await edge.close();
+        // The edge that watched through the crash: the new master's backlog cannot cover its
+        // cursor (a new log), so its finalization stays (§7.8.3) and it says the view is incomplete.
+        gate.down = false;
+        await watcher.waitStatus("connected");
+        assert.notEqual(watcher.epoch, epoch);
+        await until(() => watcher.view.notices.some((n) => n.kind === "backlog_truncated"), "the truncation notice");
+        const watched = watcher.view.blocks.find((b) => b.kind === "turn") as TurnBlock;
+        assert.equal(watched.stop_reason, "disconnected");
+        assert.equal(watched.synthetic, true);
+        await watcher.close();
       } finally {
         await agent.close();
         await restarted.stop();
