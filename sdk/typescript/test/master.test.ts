@@ -6,7 +6,7 @@ import { execFile } from "node:child_process";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { promisify } from "node:util";
-import { HandshakeRefused, RawpClient, type ClientOptions, type Delivery } from "../src/client.js";
+import { ConnectRefused, HandshakeRefused, RawpClient, type ClientOptions, type Delivery } from "../src/client.js";
 import { byteLength, encode, newMessageId, now } from "../src/codec.js";
 import type { TextBlock, ToolCallBlock, TurnBlock } from "../src/view.js";
 import { memoryStore } from "../src/persistence.js";
@@ -88,6 +88,13 @@ describe("against a real master", () => {
     const c = client({ sessionId: sessionId(), role: "client", create: true, token: "wrong" });
     await assert.rejects(c.connect(), (e: unknown) => e instanceof HandshakeRefused && e.code === 4401);
     assert.equal(c.status, "closed");
+  });
+
+  test("a handshake refused over HTTP (wrong path) or a URL that cannot be opened is not retried", async () => {
+    const wrongPath = client({ sessionId: sessionId(), role: "client", create: true, url: master.wsUrl.replace("/v1/ws", "/nope") });
+    await assert.rejects(wrongPath.connect(), (e: unknown) => e instanceof ConnectRefused && e.status === 404);
+    const badUrl = client({ sessionId: sessionId(), role: "client", create: true, url: "not a url" });
+    await assert.rejects(badUrl.connect(), (e: unknown) => e instanceof ConnectRefused && e.status === null);
   });
 
   test("the status goes connecting → connected → reconnecting → connected across a drop", async () => {
