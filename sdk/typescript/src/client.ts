@@ -394,7 +394,7 @@ export class RawpClient implements AsyncIterable<Delivery> {
   private sentTimes = new Map<string, string>();
   private pending: Pending[] = [];
   private incoming: Array<Delivery | End> = [];
-  private incomingWaiter: (() => void) | null = null;
+  private incomingWaiters: Array<() => void> = [];
   private receivedSinceAck = 0;
   private acked = 0;
   private ackTimer: ReturnType<typeof setTimeout> | null = null;
@@ -926,9 +926,7 @@ export class RawpClient implements AsyncIterable<Delivery> {
   }
 
   private wake(): void {
-    const w = this.incomingWaiter;
-    this.incomingWaiter = null;
-    w?.();
+    for (const w of this.incomingWaiters.splice(0)) w();
   }
 
   /** The next delivery; null once the stream ended; rejects with what ended it abnormally. */
@@ -944,7 +942,7 @@ export class RawpClient implements AsyncIterable<Delivery> {
         return head;
       }
       await new Promise<void>((resolve) => {
-        this.incomingWaiter = resolve;
+        this.incomingWaiters.push(resolve);
       });
     }
   }
