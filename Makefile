@@ -22,7 +22,7 @@ setup: $(STAMP)
 run: setup
 	$(BIN)/rawp serve $(ARGS)
 
-test: lint typecheck pytest
+test: lint typecheck pytest sdk-test
 
 lint: setup
 	$(BIN)/ruff format --check .
@@ -37,6 +37,14 @@ pytest: setup
 bench: setup
 	$(BIN)/uv sync --frozen --inexact --all-extras --group bench --quiet
 	$(BIN)/python -m bench $(ARGS)
+
+# The TypeScript SDK (sdk/typescript, Node >= 20): locked install, tsc, node --test against a
+# real `rawp serve`. RAWP_MASTER_HAS_ACKS=1 also runs the producer-ack tests (notes §16.3/§16.4).
+.PHONY: sdk-test
+RAWP_MASTER_HAS_ACKS ?= 0
+sdk-test: setup
+	cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build
+	cd sdk/typescript && RAWP_BIN=$(CURDIR)/$(BIN)/rawp RAWP_MASTER_HAS_ACKS=$(RAWP_MASTER_HAS_ACKS) npm test --silent
 
 schemas: setup
 	$(BIN)/rawp schemas --out schemas

@@ -1,0 +1,141 @@
+// Shared test helpers: paths, a real `rawp serve --store memory` child process on free
+// 127.0.0.1 ports, a WebSocket constructor whose network can be cut, waiting with a bound.
+import { spawn, type ChildProcess } from "node:child_process";
+import { existsSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import WebSocket from "ws";
+import type { WebSocketConstructor, WebSocketLike } from "../src/client.js";
+
+const here = dirname(fileURLToPath(import.meta.url)); // dist/test
+export const packageDir = resolve(here, "..", "..");
+export const repoDir = resolve(packageDir, "..", "..");
+export const corpusDir = join(packageDir, "test", "corpus");
+export const API_KEY = "sdk-test-key";
+
+/** Set to "1" once the master sends connection.ack / accepts agent.interaction.cancel. */
+export const MASTER_HAS_ACKS = process.env.RAWP_MASTER_HAS_ACKS === "1";
+
+function rawpBin(): string {
+  const fromEnv = process.env.RAWP_BIN;
+  if (fromEnv) return fromEnv;
+  const venv = join(repoDir, ".venv", "bin", "rawp");
+  if (existsSync(venv)) return venv;
+  return "rawp";
+}
+
+/** One `rawp serve --store memory` started by a test (killed by its own pid). */
+export class Master {
+  wsUrl = "";
+  httpUrl = "";
+  private proc: ChildProcess | null = null;
+  private log: string[] = [];
+  constructor(
+    private readonly extra: string[] = [],
+    private wsPort = 0,
+    private httpPort = 0,
+  ) {}
+
+  async start(timeoutMs = 20_000): Promise<this> {
+    const args = [
+      "serve", "--store", "memory", "--host", "127.0.0.1",
+      "--ws-port", String(this.wsPort), "--http-port", String(this.httpPort),
+      "--api-key", `default:${API_KEY}`, "--log-format", "json", "--log-level", "WARNING",
+      ...this.extra,
+    ];
+    const proc = spawn(rawpBin(), args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, PYTHONUNBUFFERED: "1" } });
+    this.proc = proc;
+    proc.stderr?.on("data", (d: Buffer) => {
+      this.log.push(d.toString());
+      if (this.log.length > 200) this.log.shift();
+    });
+    await new Promise<void>((resolveStart, reject) => {
+      const timer = setTimeout(() => reject(new Error(`rawp serve did not start:\n${this.log.join("")}`)), timeoutMs);
+      let buffered = "";
+      proc.stdout?.on("data", (d: Buffer) => {
+        buffered += d.toString();
+        const line = buffered.split("\n").find((l) => l.startsWith("RAWP master:"));
+        if (line !== undefined) {
+          const words = line.split(/\s+/);
+          this.wsUrl = words[3]!;
+          this.httpUrl = words[5]!;
+          clearTimeout(timer);
+          resolveStart();
+        }
+      });
+      proc.on("exit", (code) => {
+        clearTimeout(timer);
+        reject(new Error(`rawp serve exited (${code}):\n${this.log.join("")}`));
+      });
+    });
+    const ws = new URL(this.wsUrl);
+    const http = new URL(this.httpUrl);
+    this.wsPort = Number(ws.port);
+    this.httpPort = Number(http.port);
+    return this;
+  }
+
+  /** SIGKILL: a crash, no shutdown. */
+  async kill(): Promise<void> {
+    await this.signal("SIGKILL");
+  }
+
+  async stop(): Promise<void> {
+    await this.signal("SIGTERM");
+  }
+
+  private async signal(sig: NodeJS.Signals): Promise<void> {
+    const proc = this.proc;
+    if (proc === null || proc.exitCode !== null || proc.signalCode !== null) return;
+    const exited = new Promise<void>((r) => proc.once("exit", () => r()));
+    proc.kill(sig);
+    const timer = setTimeout(() => proc.kill("SIGKILL"), 10_000);
+    await exited;
+    clearTimeout(timer);
+  }
+
+  /** A fresh master on the same ports (the memory store starts empty). */
+  again(): Master {
+    return new Master(this.extra, this.wsPort, this.httpPort);
+  }
+
+  async http(method: string, path: string, body?: unknown): Promise<Response> {
+    return fetch(`${this.httpUrl}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${API_KEY}`, "content-type": "application/json" },
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+    });
+  }
+}
+
+/**
+ * A real `ws` WebSocket whose network can be cut: while `down`, connections go to a closed
+ * local port (a real ECONNREFUSED), as when the network is gone.
+ */
+export function gatedWebSocket(): { WebSocket: WebSocketConstructor; gate: { down: boolean } } {
+  const gate = { down: false };
+  class Gated extends WebSocket {
+    constructor(url: string, protocols?: string | string[]) {
+      super(gate.down ? "ws://127.0.0.1:9/v1/ws" : url, protocols);
+    }
+  }
+  return { WebSocket: Gated as unknown as WebSocketConstructor, gate };
+}
+
+export const NodeWebSocket = WebSocket as unknown as WebSocketConstructor;
+export type { WebSocketLike };
+
+/** Wait until `predicate` holds; fail after `timeoutMs` (a bound, not a timing assertion). */
+export async function until(predicate: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!predicate()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+let counter = 0;
+export function sessionId(prefix = "sdk"): string {
+  counter += 1;
+  return `${prefix}-${process.pid}-${counter}-${Date.now().toString(36)}`;
+}
