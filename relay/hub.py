@@ -25,17 +25,21 @@ from protocol.errors import (
 from protocol.frames import Hello, Sender
 from protocol.state import Phase
 
+from .archive import finish_ending, purge_archives
 from .auth import Authenticator, Principal
 from .cluster import cancel_and_wait, node_for
 from .config import Settings
 from .fanout import Sink
 from .metrics import Metrics
+from .restart import recover_after_restart
 from .session import Participant, Session, rebuild_state
 from .store.base import Deadline, SessionHeader, Store
 
 __all__ = ["Hub", "SessionAttached", "new_session_header"]
 
 log = structlog.get_logger("rawp.hub")
+
+_PURGE_INTERVAL_S = 60.0  # how often archives past their retention are looked for
 
 
 def new_session_header(
@@ -131,7 +135,9 @@ class Hub:
             workspace, _, secret = key.rpartition(":")
             await self.auth.register_key(secret, workspace or "default")
         await self.cluster.start()
+        await recover_after_restart(self)  # a sole owner's restart (SQLite; notes §16.2)
         self._deadline_task = asyncio.get_running_loop().create_task(self._deadlines())
+        self.spawn(purge_archives(self, _PURGE_INTERVAL_S))  # notes §16.1
 
     async def stop(self) -> None:
         """Stop background work (sessions are closed by the server first)."""
@@ -161,13 +167,20 @@ class Hub:
             entries = await self.store.read(session_id)
             head = await self.store.head_seq(session_id)
             state = rebuild_state(entries, header.name)
-            if state.phase is Phase.TERMINATED:
-                # A deletion that logged its session.deleted but could not remove the session
-                # (store outage): finish it instead of attaching to a deleted session.
-                await self.store.delete_session(session_id)
-                future.set_result(None)
-                return None
+            if state.phase is Phase.TERMINATED and not header.archived:
+                # An ending that logged its session.deleted but could not archive or remove
+                # the session (store outage): finish it instead of attaching to it.
+                header = await finish_ending(self.store, header, entries)
+                if header is None:
+                    future.set_result(None)
+                    return None
             session = Session(self, header, state, head)
+            if header.archived:
+                # Read-only (notes §16.1): not registered, no participants, attach 4410.
+                session.terminated = True
+                session.ended.set()
+                future.set_result(session)
+                return session
             for record in await self.store.list_participants(session_id):
                 if record.role == "client":
                     session.client_id = record.participant_id
@@ -223,6 +236,8 @@ class Hub:
                 header, _ = await self.create(fresh, principal)
             if not principal.can_see(header):
                 raise Forbidden("this credential is not valid for that session")
+            if header.archived:
+                raise SessionGone(f"session {session_id} has ended ({header.reason})")
             session = await self.open(session_id)
             if session is None:
                 continue
@@ -252,6 +267,9 @@ class Hub:
         session = await self.open(session_id)
         if session is None:
             return False
+        if session.header.archived:
+            # Deleting an archived session purges it (notes §16.1); nobody is attached.
+            return await self.store.delete_session(session_id)
         async with session.lock, self.cluster.guard(session):
             if session.terminated:
                 return False

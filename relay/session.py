@@ -66,6 +66,7 @@ from protocol.frames import (
 )
 from protocol.state import SenderRole, SessionState, check, fold, replay, status
 
+from .archive import end_session_in_store
 from .fanout import SLOW_CONSUMER, Outbox, Sink
 from .faults import refusal
 from .store.base import AppendResult, LogEntry, NewEntry, ParticipantRecord, SessionHeader
@@ -936,11 +937,12 @@ class Session:
         try:
             await self.close_participants(f"session deleted ({reason})")
             with contextlib.suppress(StoreUnavailableError):
-                await self.hub.store.delete_session(self.id)
+                # expiry and fatal errors archive, deletions purge (notes §16.1)
+                await end_session_in_store(self.hub.store, self.id, reason, deleted_by)
             self.hub.forget(self)
         finally:
             self.ended.set()
-        log.info("session_deleted", session_id=self.id, reason=reason, deleted_by=deleted_by)
+        log.info("session_ended", session_id=self.id, reason=reason, deleted_by=deleted_by)
 
     async def close_participants(self, reason: str) -> None:
         """Let each attached participant's queued frames out (bounded), fence it, close it

@@ -1,4 +1,4 @@
-"""The store contract: what every backend (memory, redis, redis-cluster) must do alike.
+"""The store contract: what every backend (memory, sqlite, redis, redis-cluster) must do alike.
 
 Each test runs once per backend (the ``store`` / ``backend`` fixtures in conftest.py). The
 contract is the docstrings of :mod:`relay.store.base`; notes §7 and §12, seed 004.
@@ -122,11 +122,9 @@ async def test_acknowledged_appends_survive_a_crash(backend: Backend, store: Sto
     """After SIGKILL and restart of the backend, every acknowledged append is still there."""
     if not backend.durable:
         pytest.skip("the memory store lives in one process: nothing survives it, by design")
-    assert backend.server is not None
     s = await new_session(store)
     results = await asyncio.gather(*(store.append(s, [entry()]) for _ in range(20)))
-    backend.server.restart(crash=True)
-    other = backend.open()
+    other = await backend.crash(store)
     assert seqs(await other.read(s)) == sorted(r[0].seq for r in results)
     assert await other.head_seq(s) == 20
 
