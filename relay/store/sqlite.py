@@ -468,9 +468,7 @@ class SqliteStore(Store):
         try:
             fresh = _inspect(path) if path.exists() else True
             # mode bits too: a file marked read-only is refused even for root
-            if path.exists() and (
-                not os.access(path, os.W_OK) or not path.stat().st_mode & 0o222
-            ):
+            if path.exists() and (not os.access(path, os.W_OK) or not path.stat().st_mode & 0o222):
                 raise StoreOpenError(f"{path} is read-only: rawp must be able to write it")
             if not os.access(path.parent, os.W_OK):
                 raise StoreOpenError(f"{path.parent} is read-only: SQLite writes its WAL there")

@@ -716,11 +716,13 @@ async def test_archive_keeps_header_and_log_and_drops_participants(store: Store)
     await store.put_participant(s, ParticipantRecord(participant_id="p-1", role="client"))
     await store.set_deadline(Deadline(session_id=s, participant_id="p-1", due_ms=5))
     before = await store.get_session(s)
-    assert before is not None and not before.archived
+    assert before is not None
+    assert not before.archived
     revision = before.revision  # (memory hands out its own header object)
     assert await archive(store, s)
     after = await store.get_session(s)
-    assert after is not None and after.archived
+    assert after is not None
+    assert after.archived
     assert (after.ended_at, after.ended_at_ms) == ("2026-11-29T10:00:00.000Z", 1_000)
     assert (after.reason, after.deleted_by) == ("timeout", "system")
     assert after.revision != revision
@@ -729,7 +731,8 @@ async def test_archive_keeps_header_and_log_and_drops_participants(store: Store)
     assert await store.claim_due_deadlines(10) == []
     assert not await store.is_deleted(s)
     listed = await store.list_sessions("ws-a")
-    assert [h.session_id for h in listed] == [s] and listed[0].archived
+    assert [h.session_id for h in listed] == [s]
+    assert listed[0].archived
 
 
 async def test_archive_of_unknown_session_is_false(store: Store) -> None:

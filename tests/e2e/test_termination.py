@@ -94,13 +94,16 @@ async def assert_archived(master: Master, sid: str, reason: str, deleted_by: str
     """The session ended and is archived (notes §16.1): readable, hellos 4410, DELETE purges."""
     await wait_until(lambda: sid not in master.hub.sessions)
     header = await master.store.get_session(sid)
-    assert header is not None and header.archived
+    assert header is not None
+    assert header.archived
     assert (header.reason, header.deleted_by) == (reason, deleted_by)
     log = await master.store.read(sid)
     assert log[-1].type == "session.deleted"
     assert await master.store.list_participants(sid) == []
     status, body = await http(master, "GET", f"/v1/sessions/{sid}")
-    assert status == 200 and body["status"] == "terminated" and body["reason"] == reason
+    assert status == 200
+    assert body["status"] == "terminated"
+    assert body["reason"] == reason
     assert await hello_close_code(master, hello(sid)) == 4410
     assert await hello_close_code(master, hello(sid, role="edge")) == 4410
     status, body = await http(master, "DELETE", f"/v1/session/{sid}")

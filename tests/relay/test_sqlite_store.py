@@ -75,7 +75,8 @@ async def test_open_store_url_and_missing_directories(tmp_path: Path) -> None:
     assert isinstance(opened, SqliteStore)
     await opened.start()
     try:
-        assert path.exists() and await opened.ping()
+        assert path.exists()
+        assert await opened.ping()
     finally:
         await opened.close()
 
@@ -86,7 +87,8 @@ async def test_a_second_owner_is_refused_naming_file_and_pid(store: SqliteStore)
     with pytest.raises(StoreOpenError) as refused:
         await second.start()
     message = str(refused.value)
-    assert str(store.path) in message and f"pid {os.getpid()}" in message
+    assert str(store.path) in message
+    assert f"pid {os.getpid()}" in message
     assert "\n" not in message
 
 
@@ -101,7 +103,8 @@ async def test_newer_format_is_refused_with_upgrade_and_left_untouched(tmp_path:
     with pytest.raises(StoreOpenError) as refused:
         await SqliteStore(first.path).start()
     assert "upgrade" in str(refused.value)
-    assert "damaged" not in str(refused.value) and "corrupt" not in str(refused.value)
+    assert "damaged" not in str(refused.value)
+    assert "corrupt" not in str(refused.value)
     assert digest(first.path) == before
 
 
@@ -126,7 +129,8 @@ async def test_a_foreign_file_is_refused_and_left_untouched(
     before = digest(path)
     with pytest.raises(StoreOpenError) as refused:
         await SqliteStore(path).start()
-    assert words in str(refused.value) and str(path) in str(refused.value)
+    assert words in str(refused.value)
+    assert str(path) in str(refused.value)
     assert digest(path) == before
 
 
@@ -155,7 +159,8 @@ async def test_a_read_only_file_is_refused(tmp_path: Path) -> None:
     before = digest(first.path)
     with pytest.raises(StoreOpenError) as refused:
         await SqliteStore(first.path).start()
-    assert "read-only" in str(refused.value) and str(first.path) in str(refused.value)
+    assert "read-only" in str(refused.value)
+    assert str(first.path) in str(refused.value)
     assert digest(first.path) == before
 
 
