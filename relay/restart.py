@@ -19,8 +19,9 @@ already final yields no frames. The client reattaching within the window with it
 
 from __future__ import annotations
 
+import asyncio
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import structlog
 
@@ -36,17 +37,24 @@ __all__ = ["recover_after_restart"]
 
 log = structlog.get_logger("rawp.restart")
 
+_CONCURRENCY: Final = 32
+
 
 async def recover_after_restart(hub: Hub) -> int:
     """Recover every candidate session; returns how many were finalized."""
     candidates = await hub.store.recovery_candidates()
-    finalized = 0
-    for session_id in candidates:
-        try:
-            if await _recover(hub, session_id):
-                finalized += 1
-        except StoreError:
-            log.exception("restart_recovery_failed", session_id=session_id)
+    # Several at once: their writes share the store's group-committed transactions.
+    slots = asyncio.Semaphore(_CONCURRENCY)
+
+    async def recover(session_id: str) -> bool:
+        async with slots:
+            try:
+                return await _recover(hub, session_id)
+            except StoreError:
+                log.exception("restart_recovery_failed", session_id=session_id)
+                return False
+
+    finalized = sum(await asyncio.gather(*(recover(s) for s in candidates)))
     if candidates:
         log.info("restart_recovery", candidates=len(candidates), finalized=finalized)
     return finalized
