@@ -207,6 +207,7 @@ DUE_DEADLINES: Final = (
     "SELECT session_id, participant_id, due_ms FROM deadlines WHERE due_ms <= ? "
     "ORDER BY due_ms LIMIT ?"
 )
+PROBE_WRITE: Final = f"PRAGMA user_version = {DB_FORMAT}"  # rewrites the header page
 PUT_CREDENTIAL: Final = "INSERT OR REPLACE INTO credentials (digest, record) VALUES (?, ?)"
 GET_CREDENTIAL: Final = "SELECT record FROM credentials WHERE digest = ?"
 
@@ -512,9 +513,13 @@ class SqliteStore(Store):
         self._lock.release()
 
     async def ping(self) -> bool:
-        if self._writer is None or not self._writer.healthy:
+        if self._writer is None:
             return False
         try:
+            if not self._writer.healthy:
+                # The last transaction failed (disk full, locked): a small write tells
+                # whether writes work again, so readiness recovers without traffic.
+                await self._write(lambda db: db.execute(PROBE_WRITE))
             await self._read(lambda db: db.execute("SELECT 1").fetchone())
         except StoreUnavailableError:
             return False
