@@ -223,6 +223,8 @@ async def rename_session(request: web.Request) -> web.Response:
     header = await visible_header(request, principal)
     body = await decode_body(request, RenameBody)
     session = await loaded_session(request, header)
+    if session.header.archived:
+        raise ApiError(409, f"session {session.id} has ended: it is read-only", code="archived")
     async with session.lock:
         if session.terminated:
             raise ApiError(404, f"no session {session.id}", code="not_found")

@@ -38,6 +38,17 @@ async def master(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
     await started.stop()
 
 
+async def send_json(master: Master, method: str, path: str, body: Any) -> tuple[int, Any]:
+    """One HTTP request with a JSON body; (status, problem code or None)."""
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    async with (
+        aiohttp.ClientSession() as client,
+        client.request(method, master.http_url + path, json=body, headers=headers) as response,
+    ):
+        answer = await response.json(content_type=None)
+        return response.status, answer.get("code")
+
+
 async def sse_replay(master: Master, session_id: str) -> list[dict[str, Any]]:
     """Every event of an SSE stream read from seq 0 until the master ends it."""
     headers = {"Authorization": f"Bearer {API_KEY}"}
@@ -100,6 +111,14 @@ async def test_expired_session_is_readable_whole_then_purged_by_delete(master: M
     assert await hello_close_code(master, hello(sid)) == 4410
     assert await hello_close_code(master, hello(sid, role="edge")) == 4410
 
+    renamed = await send_json(master, "PATCH", f"/v1/sessions/{sid}", {"name": "again"})
+    appended = await send_json(
+        master,
+        "POST",
+        f"/v1/sessions/{sid}/events",
+        {"type": "user.message", "payload": {"text": "hi"}},
+    )
+    assert renamed == appended == (409, "archived")  # read-only
     status, forked = await http(master, "POST", f"/v1/sessions/{sid}/fork")
     assert status == 201, forked
     assert forked["session"]["status"] == "idle"
