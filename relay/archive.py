@@ -76,6 +76,7 @@ async def purge_archives(hub: Hub, interval_s: float) -> None:
             while True:
                 due = await hub.store.archived_before(cutoff, _PURGE_PAGE)
                 for session_id in due:
+                    hub.forget_archived(session_id)
                     if await hub.store.delete_session(session_id):
                         log.info("archive_purged", session_id=session_id)
                 if len(due) < _PURGE_PAGE:

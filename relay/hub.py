@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import secrets
 import time
+from collections import OrderedDict
 from typing import Any
 
 import structlog
@@ -40,6 +41,7 @@ __all__ = ["Hub", "SessionAttached", "new_session_header"]
 log = structlog.get_logger("rawp.hub")
 
 _PURGE_INTERVAL_S = 60.0  # how often archives past their retention are looked for
+_ARCHIVED_CACHED = 256  # archived sessions kept folded (the dashboard lists them often)
 
 
 def new_session_header(
@@ -90,6 +92,7 @@ class Hub:
         self.shutting_down = False
         self._session_lock = session_lock
         self._sessions: dict[str, Session] = {}
+        self._archived: OrderedDict[str, Session] = OrderedDict()  # read-only, LRU
         self._loading: dict[str, asyncio.Future[Session | None]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._deadline_task: asyncio.Task[None] | None = None
@@ -123,6 +126,10 @@ class Hub:
             self.metrics.sessions.set(len(self._sessions))
             self.cluster.unfollow(session)
 
+    def forget_archived(self, session_id: str) -> None:
+        """Drop a purged archive from the cache."""
+        self._archived.pop(session_id, None)
+
     @property
     def sessions(self) -> dict[str, Session]:
         """Sessions loaded on this node."""
@@ -154,6 +161,13 @@ class Hub:
         session = self._sessions.get(session_id)
         if session is not None:
             return session
+        archived = self._archived.get(session_id)
+        if archived is not None:
+            # Still that archive? (Another node may have purged it and the id been reused.)
+            current = await self.store.get_session(session_id)
+            if current is not None and current.archived and current.epoch == archived.header.epoch:
+                return archived
+            self.forget_archived(session_id)
         pending = self._loading.get(session_id)
         if pending is not None:
             return await asyncio.shield(pending)
@@ -176,9 +190,13 @@ class Hub:
                     return None
             session = Session(self, header, state, head)
             if header.archived:
-                # Read-only (notes §16.1): not registered, no participants, attach 4410.
+                # Read-only (notes §16.1): not registered, no participants, attach 4410;
+                # kept in a small cache, since an archive never changes (only purges).
                 session.terminated = True
                 session.ended.set()
+                self._archived[session_id] = session
+                if len(self._archived) > _ARCHIVED_CACHED:
+                    self._archived.popitem(last=False)
                 future.set_result(session)
                 return session
             for record in await self.store.list_participants(session_id):
@@ -269,6 +287,7 @@ class Hub:
             return False
         if session.header.archived:
             # Deleting an archived session purges it (notes §16.1); nobody is attached.
+            self.forget_archived(session_id)
             return await self.store.delete_session(session_id)
         async with session.lock, self.cluster.guard(session):
             if session.terminated:
