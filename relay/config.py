@@ -85,7 +85,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     a("--http-port", type=int, default=d.http_port, help="HTTP port (0: any free port)")
     a(
         "--store",
-        default=os.environ.get("RAWP_STORE", d.store),
+        default=os.environ.get("RAWP_STORE", DEFAULT_STORE),  # not d.store: that is memory
         help="sqlite:PATH (default %(default)s; env RAWP_STORE), memory, redis://HOST:PORT/DB",
     )
     a(
