@@ -276,7 +276,9 @@ class _Writer(threading.Thread):
                 batch.append(more)
             self._commit(batch)
             for write in batch:
-                write.loop.call_soon_threadsafe(_settle, write)
+                # a loop that closed meanwhile has nobody waiting: the writer goes on
+                with contextlib.suppress(RuntimeError):
+                    write.loop.call_soon_threadsafe(_settle, write)
         self.connection.close()
 
     def _commit(self, batch: list[_Write[Any]]) -> None:
