@@ -1,7 +1,8 @@
 """The store: the one interface the master uses for everything that must outlive a socket.
 
-Both backends (``memory``, embedded default; ``redis``, durable and shared by many nodes)
-pass one contract suite (``tests/contract``). What the suite holds every backend to:
+Every backend (``sqlite``, durable and embedded, the default of ``rawp serve``; ``memory``,
+one process; ``redis``, durable and shared by many nodes) passes one contract suite
+(``tests/contract``). What the suite holds every backend to:
 
 * ``append`` assigns dense seqs (from 1), dedupes by ``message_id`` within the session, and
   returns only once the entries are durable (notes §7, §12; seed 004). With retention, dedupe
