@@ -234,14 +234,15 @@ class _Write(Generic[T]):
     error: BaseException | None = field(default=None)
 
 
-def _settle(write: _Write[Any]) -> None:
-    """On the event loop: complete the write's future (unless its caller gave up on it)."""
-    if write.future.done():
-        return
-    if write.error is not None:
-        write.future.set_exception(write.error)
-    else:
-        write.future.set_result(write.result)
+def _settle_all(writes: list[_Write[Any]]) -> None:
+    """On the event loop: complete the writes' futures (unless their callers gave up)."""
+    for write in writes:
+        if write.future.done():
+            continue
+        if write.error is not None:
+            write.future.set_exception(write.error)
+        else:
+            write.future.set_result(write.result)
 
 
 def _unavailable(path: Path, exc: sqlite3.Error) -> StoreUnavailableError:
@@ -275,10 +276,14 @@ class _Writer(threading.Thread):
                     break
                 batch.append(more)
             self._commit(batch)
+            by_loop: dict[asyncio.AbstractEventLoop, list[_Write[Any]]] = {}
             for write in batch:
-                # a loop that closed meanwhile has nobody waiting: the writer goes on
+                by_loop.setdefault(write.loop, []).append(write)
+            for loop, writes in by_loop.items():
+                # one wake-up per loop and batch; a loop that closed meanwhile has nobody
+                # waiting, and the writer goes on
                 with contextlib.suppress(RuntimeError):
-                    write.loop.call_soon_threadsafe(_settle, write)
+                    loop.call_soon_threadsafe(_settle_all, writes)
         self.connection.close()
 
     def _commit(self, batch: list[_Write[Any]]) -> None:
