@@ -942,7 +942,7 @@ class Session:
             self.hub.forget(self)
         finally:
             self.ended.set()
-        log.info("session_ended", session_id=self.id, reason=reason, deleted_by=deleted_by)
+        log.info("session_deleted", session_id=self.id, reason=reason, deleted_by=deleted_by)
 
     async def close_participants(self, reason: str) -> None:
         """Let each attached participant's queued frames out (bounded), fence it, close it

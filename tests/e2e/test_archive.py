@@ -152,3 +152,14 @@ async def test_archives_past_their_retention_are_purged(tmp_path: Path) -> None:
         assert await store.get_session(sid) is None
     finally:
         await started.stop()
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("30d", 30 * 86400.0), ("12h", 43200.0), ("15m", 900.0), ("90", 90.0)]
+)
+def test_archive_retention_takes_durations(text: str, seconds: float) -> None:
+    """--archive-retention reads 30d, 12h, 15m, 90 (seconds); the default is 30 days."""
+    from relay.config import Settings, parse_duration
+
+    assert parse_duration(text) == seconds
+    assert Settings().archive_retention_s == 30 * 86400.0
