@@ -231,6 +231,8 @@ async def start_master(
         "--host", "127.0.0.1", "--ws-port", "0", "--http-port", "0",
         "--api-key", f"default:{API_KEY}", "--log-level", "warning", "--log-format", "json",
     ]  # fmt: skip
+    if "--store" not in extra:
+        common += ["--store", "memory"]  # `rawp serve`'s default is a SQLite file
     if rawp_serve:
         argv = [str(Path(PYTHON).parent / "rawp"), "serve", *common, *extra]
     else:

@@ -8,7 +8,8 @@ clock when the message is parsed. Linux's CLOCK_MONOTONIC is shared by all proce
 the difference is the one-way latency through the relay (both TCP hops included).
 The first 0.5 s is not recorded (warm-up).
 
-Relays: the baseline (:mod:`bench.baseline_relay`), the master with the memory store and,
+Relays: the baseline (:mod:`bench.baseline_relay`), the master with the memory store, with
+the SQLite store (WAL, ``synchronous=FULL``: each batch is fsynced before delivery) and,
 when available, with the Redis store (AOF fsync always: the write-ahead append is durable
 before delivery, so its latency includes an fsync) and with the same store on a Redis whose
 AOF is fsynced once a second (the trade-off operators choose: a Redis crash may lose the
@@ -71,6 +72,10 @@ async def _measure(
         server: Proc = await start_baseline(loop=loop)
     elif variant == "memory":
         server = await start_master(UNTHROTTLED, loop=loop)
+    elif variant == "sqlite":
+        # a fresh file per round (notes §16.2: WAL, synchronous=FULL, the rawp serve default)
+        db = workdir / f"sqlite-{time.monotonic_ns()}" / "rawp.db"
+        server = await start_master([*UNTHROTTLED, "--store", f"sqlite:{db}"], loop=loop)
     else:
         fsync = "everysec" if variant == EVERYSEC else "always"
         redis_ctx = redis_server(workdir / f"redis-{time.monotonic_ns()}", fsync)
@@ -138,7 +143,7 @@ def _append_figures(metrics: dict[str, float]) -> dict[str, float]:
 
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
-    variants = ["baseline", "memory"]
+    variants = ["baseline", "memory", "sqlite"]
     redis_missing = redis_available()
     if redis_missing is None:
         variants += ["redis", EVERYSEC]

@@ -1,7 +1,8 @@
 """Relay throughput: one client → 3 edges, the master next to a minimal fan-out relay.
 
 Each round starts a fresh relay process — the baseline (:mod:`bench.baseline_relay`), the
-master with the memory store, and the master with the Redis store when
+master with the memory store, the master with the SQLite store (a fresh file per round, WAL,
+``synchronous=FULL``: the ``rawp serve`` default), and the master with the Redis store when
 ``relay/store/redis.py`` exists and ``redis-server`` is on PATH (our own server on a free
 port, AOF fsynced always) — and one load-generator process (``bench._loadgen throughput``)
 that attaches a client and 3 edges. The client streams :class:`bench._workload.AgentStream`
@@ -18,7 +19,7 @@ bottleneck (≈ 100 % of one core) rather than the load generator.
 Then the same for 1, 3, 10 and 30 edges (``--quick``: 1, 3, 10), one round per point: the
 curve by number of edges (plotted as PNG by ``make bench``).
 
-Aims: master (memory) ≥ 0.9× the baseline, master (Redis) ≥ 0.8×. When one is not met and
+Aims: master (memory) ≥ 0.9× the baseline, master (SQLite, Redis) ≥ 0.8×. When one is not met and
 py-spy is installed, an extra master round is sampled and the profile goes into the .md.
 """
 
@@ -57,9 +58,9 @@ from ._report import (
 __all__ = ["DESCRIPTION", "NAME", "markdown", "plot", "run"]
 
 NAME: Final = "throughput"
-DESCRIPTION: Final = "client → 3 edges frames/s: master (memory, redis) vs minimal fan-out relay"
+DESCRIPTION: Final = "client → 3 edges frames/s: master (memory, sqlite, redis) vs minimal relay"
 
-AIMS: Final = {"memory": 0.9, "redis": 0.8}
+AIMS: Final = {"memory": 0.9, "sqlite": 0.8, "redis": 0.8}
 EDGE_COUNTS: Final = (1, 3, 10, 30)
 EDGE_COUNTS_QUICK: Final = (1, 3, 10)
 
@@ -80,6 +81,10 @@ async def _round(
         server: Proc = await start_baseline(loop=loop)
     elif variant == "memory":
         server = await start_master(UNTHROTTLED, loop=loop)
+    elif variant == "sqlite":
+        # a fresh file per round (notes §16.2: WAL, synchronous=FULL, the rawp serve default)
+        db = workdir / f"sqlite-{time.monotonic_ns()}" / "rawp.db"
+        server = await start_master([*UNTHROTTLED, "--store", f"sqlite:{db}"], loop=loop)
     else:
         redis_ctx = redis_server(workdir / f"redis-{time.monotonic_ns()}")
         handle = await redis_ctx.__aenter__()
@@ -129,7 +134,7 @@ async def _round(
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
     rounds = 1 if args.quick else 3
-    variants = ["baseline", "memory"]
+    variants = ["baseline", "memory", "sqlite"]
     redis_missing = redis_available()
     if redis_missing is None:
         variants.append("redis")

@@ -37,6 +37,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _serve(args: argparse.Namespace) -> int:
     from .logs import configure_logging
     from .server import Master
+    from .store.base import StoreOpenError
 
     settings = settings_from_args(args)
     configure_logging(settings.log_format, settings.log_level)
@@ -52,11 +53,15 @@ def _serve(args: argparse.Namespace) -> int:
         gc.freeze()
         print(f"RAWP master: ws {master.ws_url}  http {master.http_url}", flush=True)
 
-    with (
-        contextlib.suppress(KeyboardInterrupt),
-        asyncio.Runner(loop_factory=event_loop_factory(args.loop)) as runner,
-    ):
-        runner.run(master.run_until_signalled(on_started=announce))
+    try:
+        with (
+            contextlib.suppress(KeyboardInterrupt),
+            asyncio.Runner(loop_factory=event_loop_factory(args.loop)) as runner,
+        ):
+            runner.run(master.run_until_signalled(on_started=announce))
+    except StoreOpenError as exc:  # one line naming the file (notes §16.2)
+        print(f"rawp serve: {exc}", file=sys.stderr, flush=True)
+        return 2
     return 0
 
 

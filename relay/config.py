@@ -6,7 +6,32 @@ import argparse
 import os
 from dataclasses import dataclass, field
 
-__all__ = ["Settings", "add_serve_arguments", "settings_from_args"]
+__all__ = [
+    "DEFAULT_STORE",
+    "Settings",
+    "add_serve_arguments",
+    "parse_duration",
+    "settings_from_args",
+]
+
+DEFAULT_STORE = "sqlite:./rawp-data/rawp.db"
+"""The durable embedded default (notes §16.2); ``memory`` for tests and benchmarks."""
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``90``, ``90s``, ``15m``, ``12h`` or ``30d`` (``--archive-retention``)."""
+    value = text.strip().lower()
+    scale = _UNITS.get(value[-1:])
+    number = value[:-1] if scale is not None else value
+    try:
+        seconds = float(number) * (scale or 1.0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 30d, 12h, 90s)") from None
+    if seconds < 0:
+        raise argparse.ArgumentTypeError(f"a duration cannot be negative: {text!r}")
+    return seconds
 
 
 @dataclass(frozen=True)
@@ -16,7 +41,8 @@ class Settings:
     host: str = "127.0.0.1"
     ws_port: int = 8765
     http_port: int = 8766
-    store: str = "memory"
+    store: str = "memory"  # in-process masters (tests, benches); `rawp serve`: DEFAULT_STORE
+    archive_retention_s: float = 30 * 86400.0
     redis_cluster: bool = False
     api_keys: tuple[str, ...] = ()
     reattach_window_s: float = 120.0
@@ -57,7 +83,18 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     a("--host", default=d.host, help="interface to listen on (default %(default)s)")
     a("--ws-port", type=int, default=d.ws_port, help="WebSocket port (0: any free port)")
     a("--http-port", type=int, default=d.http_port, help="HTTP port (0: any free port)")
-    a("--store", default=d.store, help="memory (default) or redis://HOST:PORT/DB, rediss://…")
+    a(
+        "--store",
+        default=os.environ.get("RAWP_STORE", DEFAULT_STORE),  # not d.store: that is memory
+        help="sqlite:PATH (default %(default)s; env RAWP_STORE), memory, redis://HOST:PORT/DB",
+    )
+    a(
+        "--archive-retention",
+        type=parse_duration,
+        default=d.archive_retention_s,
+        metavar="DURATION",
+        help="purge ended (archived) sessions after this long (default 30d)",
+    )
     a("--redis-cluster", action="store_true", help="the --store URL points at a Redis Cluster")
     a(
         "--api-key",
@@ -106,6 +143,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         ws_port=args.ws_port,
         http_port=args.http_port,
         store=args.store,
+        archive_retention_s=args.archive_retention,
         redis_cluster=args.redis_cluster,
         api_keys=tuple(keys),
         reattach_window_s=args.reattach_window,

@@ -462,7 +462,8 @@ def add_demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "compaction. Prints the URLs, the session id, an API key and the rawp tail command.",
     )
     add_serve_arguments(demo)
-    demo.set_defaults(log_level="warning", handler=_demo)
+    # A demo is throwaway: in memory unless --store says otherwise.
+    demo.set_defaults(log_level="warning", store="memory", handler=_demo)
     demo.add_argument("--session", default=None, help="session id (default: demo-<random>)")
     demo.add_argument(
         "--turns", type=int, default=None, metavar="N", help="stop after N turns (default: never)"

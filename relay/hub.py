@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import secrets
 import time
+from collections import OrderedDict
 from typing import Any
 
 import structlog
@@ -25,17 +26,22 @@ from protocol.errors import (
 from protocol.frames import Hello, Sender
 from protocol.state import Phase
 
+from .archive import finish_ending, purge_archives
 from .auth import Authenticator, Principal
 from .cluster import cancel_and_wait, node_for
 from .config import Settings
 from .fanout import Sink
 from .metrics import Metrics
+from .restart import recover_after_restart
 from .session import Participant, Session, rebuild_state
 from .store.base import Deadline, SessionHeader, Store
 
 __all__ = ["Hub", "SessionAttached", "new_session_header"]
 
 log = structlog.get_logger("rawp.hub")
+
+_PURGE_INTERVAL_S = 60.0  # how often archives past their retention are looked for
+_ARCHIVED_CACHED = 256  # archived sessions kept folded (the dashboard lists them often)
 
 
 def new_session_header(
@@ -86,6 +92,7 @@ class Hub:
         self.shutting_down = False
         self._session_lock = session_lock
         self._sessions: dict[str, Session] = {}
+        self._archived: OrderedDict[str, Session] = OrderedDict()  # read-only, LRU
         self._loading: dict[str, asyncio.Future[Session | None]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._deadline_task: asyncio.Task[None] | None = None
@@ -119,6 +126,10 @@ class Hub:
             self.metrics.sessions.set(len(self._sessions))
             self.cluster.unfollow(session)
 
+    def forget_archived(self, session_id: str) -> None:
+        """Drop a purged archive from the cache."""
+        self._archived.pop(session_id, None)
+
     @property
     def sessions(self) -> dict[str, Session]:
         """Sessions loaded on this node."""
@@ -131,7 +142,9 @@ class Hub:
             workspace, _, secret = key.rpartition(":")
             await self.auth.register_key(secret, workspace or "default")
         await self.cluster.start()
+        await recover_after_restart(self)  # a sole owner's restart (SQLite; notes §16.2)
         self._deadline_task = asyncio.get_running_loop().create_task(self._deadlines())
+        self.spawn(purge_archives(self, _PURGE_INTERVAL_S))  # notes §16.1
 
     async def stop(self) -> None:
         """Stop background work (sessions are closed by the server first)."""
@@ -148,6 +161,13 @@ class Hub:
         session = self._sessions.get(session_id)
         if session is not None:
             return session
+        archived = self._archived.get(session_id)
+        if archived is not None:
+            # Still that archive? (Another node may have purged it and the id been reused.)
+            current = await self.store.get_session(session_id)
+            if current is not None and current.archived and current.epoch == archived.header.epoch:
+                return archived
+            self.forget_archived(session_id)
         pending = self._loading.get(session_id)
         if pending is not None:
             return await asyncio.shield(pending)
@@ -161,13 +181,24 @@ class Hub:
             entries = await self.store.read(session_id)
             head = await self.store.head_seq(session_id)
             state = rebuild_state(entries, header.name)
-            if state.phase is Phase.TERMINATED:
-                # A deletion that logged its session.deleted but could not remove the session
-                # (store outage): finish it instead of attaching to a deleted session.
-                await self.store.delete_session(session_id)
-                future.set_result(None)
-                return None
+            if state.phase is Phase.TERMINATED and not header.archived:
+                # An ending that logged its session.deleted but could not archive or remove
+                # the session (store outage): finish it instead of attaching to it.
+                header = await finish_ending(self.store, header, entries)
+                if header is None:
+                    future.set_result(None)
+                    return None
             session = Session(self, header, state, head)
+            if header.archived:
+                # Read-only (notes §16.1): not registered, no participants, attach 4410;
+                # kept in a small cache, since an archive never changes (only purges).
+                session.terminated = True
+                session.ended.set()
+                self._archived[session_id] = session
+                if len(self._archived) > _ARCHIVED_CACHED:
+                    self._archived.popitem(last=False)
+                future.set_result(session)
+                return session
             for record in await self.store.list_participants(session_id):
                 if record.role == "client":
                     session.client_id = record.participant_id
@@ -223,6 +254,8 @@ class Hub:
                 header, _ = await self.create(fresh, principal)
             if not principal.can_see(header):
                 raise Forbidden("this credential is not valid for that session")
+            if header.archived:
+                raise SessionGone(f"session {session_id} has ended ({header.reason})")
             session = await self.open(session_id)
             if session is None:
                 continue
@@ -252,6 +285,10 @@ class Hub:
         session = await self.open(session_id)
         if session is None:
             return False
+        if session.header.archived:
+            # Deleting an archived session purges it (notes §16.1); nobody is attached.
+            self.forget_archived(session_id)
+            return await self.store.delete_session(session_id)
         async with session.lock, self.cluster.guard(session):
             if session.terminated:
                 return False

@@ -66,6 +66,7 @@ from protocol.frames import (
 )
 from protocol.state import SenderRole, SessionState, check, fold, replay, status
 
+from .archive import end_session_in_store
 from .fanout import SLOW_CONSUMER, Outbox, Sink
 from .faults import refusal
 from .store.base import AppendResult, LogEntry, NewEntry, ParticipantRecord, SessionHeader
@@ -936,7 +937,8 @@ class Session:
         try:
             await self.close_participants(f"session deleted ({reason})")
             with contextlib.suppress(StoreUnavailableError):
-                await self.hub.store.delete_session(self.id)
+                # expiry and fatal errors archive, deletions purge (notes §16.1)
+                await end_session_in_store(self.hub.store, self.id, reason, deleted_by)
             self.hub.forget(self)
         finally:
             self.ended.set()

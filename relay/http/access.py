@@ -51,9 +51,10 @@ async def visible_header(request: web.Request, principal: Principal) -> SessionH
 
 
 async def loaded_session(request: web.Request, header: SessionHeader) -> Session:
-    """The session loaded on this node (404 when it was deleted meanwhile)."""
+    """The session loaded on this node (404 when it was deleted meanwhile); an archived one
+    is read-only (notes §16.1)."""
     session = await hub_of(request).open(header.session_id)
-    if session is None or session.terminated:
+    if session is None or (session.terminated and not session.header.archived):
         raise ApiError(404, f"no session {header.session_id}", code="not_found")
     return session
 

@@ -153,6 +153,8 @@ async def append_event(request: web.Request) -> web.Response:
             code="unsupported_type",
         )
     session = await loaded_session(request, header)
+    if session.header.archived:
+        raise ApiError(409, f"session {session.id} has ended: it is read-only", code="archived")
     frame, raw = _frame_from(session.id, body)
     return await submit(session, principal, frame, raw)
 

@@ -129,6 +129,10 @@ class SessionOut(msgspec.Struct, kw_only=True):
     pending_interactions: list[str]
     participants: list[ParticipantOut]
     usage: UsageOut
+    # archived sessions (notes §16.1): when and why the session ended
+    ended_at: str | None = None
+    reason: str | None = None
+    deleted_by: str | None = None
 
 
 class TokenOut(msgspec.Struct, kw_only=True):

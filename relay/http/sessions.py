@@ -86,7 +86,7 @@ async def describe(hub: Hub, session: Session, header: SessionHeader | None = No
         created_at=header.created_at,
         epoch=header.epoch,
         head_seq=session.head,
-        status=status(state),
+        status="terminated" if session.header.archived else status(state),
         connection=connection,
         agent_state=state.agent_state,
         pending_interactions=sorted(state.pending_interactions),
@@ -109,6 +109,9 @@ async def describe(hub: Hub, session: Session, header: SessionHeader | None = No
             turns_completed=state.turns_completed,
             compactions=state.compactions,
         ),
+        ended_at=session.header.ended_at,
+        reason=session.header.reason,
+        deleted_by=session.header.deleted_by,
     )
 
 
@@ -199,7 +202,7 @@ async def list_sessions(request: web.Request) -> web.Response:
             session = await hub.open(header.session_id)
         except StoreError:
             continue  # unreadable here (e.g. a newer format): left out of the page
-        if session is not None and not session.terminated:
+        if session is not None and (not session.terminated or session.header.archived):
             sessions.append(await describe(hub, session, header))
     next_after = headers[-1].session_id if more and headers else None
     return json_response({"sessions": sessions, "next_after": next_after})
@@ -220,6 +223,8 @@ async def rename_session(request: web.Request) -> web.Response:
     header = await visible_header(request, principal)
     body = await decode_body(request, RenameBody)
     session = await loaded_session(request, header)
+    if session.header.archived:
+        raise ApiError(409, f"session {session.id} has ended: it is read-only", code="archived")
     async with session.lock:
         if session.terminated:
             raise ApiError(404, f"no session {session.id}", code="not_found")
@@ -255,6 +260,12 @@ async def fork_session(request: web.Request) -> web.Response:
         raise ApiError(403, "forking creates a session: it needs an API key", code="not_allowed")
     await loaded_session(request, source)
     head = await hub.store.head_seq(source.session_id)
+    if source.archived and head > 0:
+        # An archived log ends with the master's session.deleted: a fork copies what came
+        # before it, so the fork starts alive (notes §16.1).
+        last = await hub.store.read(source.session_id, limit=1, newest_first=True)
+        if last and last[0].type == "session.deleted":
+            head = last[0].seq - 1
     at_seq = head if body.at_seq is None else body.at_seq
     if at_seq > head:
         raise ApiError(

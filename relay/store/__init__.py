@@ -1,8 +1,9 @@
 """Session stores: pick a backend by URL (notes §12).
 
-``memory`` is the embedded default; ``redis://`` and ``rediss://`` open :class:`RedisStore`
-(``cluster=True`` for Redis Cluster). The redis module is imported only when asked for, so the
-embedded path never imports redis.
+``sqlite:PATH`` is the durable embedded default (:class:`~relay.store.sqlite.SqliteStore`,
+notes §16.2); ``memory`` keeps everything in this process (tests, benchmarks); ``redis://``
+and ``rediss://`` open :class:`RedisStore` (``cluster=True`` for Redis Cluster). The redis
+module is imported only when asked for, so the embedded paths never import redis.
 """
 
 from __future__ import annotations
@@ -38,12 +39,25 @@ __all__ = [
 
 
 def open_store(url: str, **opts: Any) -> Store:
-    """The store for ``url``: ``memory`` (or ``memory://``), ``redis://…``, ``rediss://…``.
+    """The store for ``url``: ``sqlite:PATH``, ``memory`` (or ``memory://``), ``redis://…``.
 
     ``opts`` go to the backend: ``retention`` for both; ``cluster``, ``node_id`` and redis-py
     client options for redis.
     """
     scheme = url.split("://", 1)[0].lower() if "://" in url else url.lower()
+    if url.lower().startswith("sqlite:"):
+        from .sqlite import SqliteStore
+
+        path = url[len("sqlite:") :].removeprefix("//")
+        if not path:
+            raise ValueError("sqlite: needs a file path, e.g. sqlite:./rawp-data/rawp.db")
+        if opts.pop("cluster", False):
+            raise ValueError("cluster=True needs a redis:// or rediss:// store URL")
+        opts.pop("node_id", None)
+        unknown = set(opts) - {"retention"}
+        if unknown:
+            raise ValueError(f"unknown sqlite store options: {sorted(unknown)}")
+        return SqliteStore(path, **opts)
     if scheme == "memory":
         # callers pass their settings as they are; redis-only ones must be off or absent
         if opts.pop("cluster", False):
@@ -57,4 +71,4 @@ def open_store(url: str, **opts: Any) -> Store:
         from .redis import RedisStore  # lazy: the embedded path never imports redis
 
         return RedisStore(url, **opts)
-    raise ValueError(f"unknown store URL {url!r} (use memory, redis:// or rediss://)")
+    raise ValueError(f"unknown store URL {url!r} (use sqlite:PATH, memory, redis:// or rediss://)")

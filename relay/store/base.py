@@ -1,7 +1,8 @@
 """The store: the one interface the master uses for everything that must outlive a socket.
 
-Both backends (``memory``, embedded default; ``redis``, durable and shared by many nodes)
-pass one contract suite (``tests/contract``). What the suite holds every backend to:
+Every backend (``sqlite``, durable and embedded, the default of ``rawp serve``; ``memory``,
+one process; ``redis``, durable and shared by many nodes) passes one contract suite
+(``tests/contract``). What the suite holds every backend to:
 
 * ``append`` assigns dense seqs (from 1), dedupes by ``message_id`` within the session, and
   returns only once the entries are durable (notes §7, §12; seed 004). With retention, dedupe
@@ -11,6 +12,8 @@ pass one contract suite (``tests/contract``). What the suite holds every backend
   ``seq`` spliced in, :func:`protocol.codec.stamp`), so a backend can assign the seq itself.
 * ``read`` returns entries in seq order; ``trimmed_before`` says where retention cut the log.
 * ``delete_session`` removes the log, participants and deadlines and leaves a tombstone.
+* ``archive_session`` ends a session but keeps its header and log readable (notes §16.1);
+  ``archived_before`` lists those whose archive retention ran out, oldest first.
 * a header whose ``format_version`` is newer than this build is refused with
   :class:`FormatVersionError` ("upgrade"), never reported as corrupt.
 """
@@ -24,7 +27,7 @@ from typing import Final, Literal
 
 import msgspec
 
-from protocol.errors import StoreUnavailableError
+from protocol.errors import StoreError, StoreUnavailableError
 from protocol.frames import BufferGrant
 
 __all__ = [
@@ -37,10 +40,16 @@ __all__ = [
     "ParticipantRecord",
     "SessionHeader",
     "Store",
+    "StoreOpenError",
 ]
 
 FORMAT_VERSION: Final = 1
 """Version of the stored layout; a header with a larger one is refused (seed 004)."""
+
+
+class StoreOpenError(StoreError):
+    """The store cannot be opened (a database that is not RAWP's, damaged, newer, read-only
+    or owned by another process). The message is one line naming the file (seed 004)."""
 
 
 class SessionHeader(msgspec.Struct, kw_only=True):
@@ -56,6 +65,17 @@ class SessionHeader(msgspec.Struct, kw_only=True):
     parent_session_id: str | None = None
     seed_length: int = 0
     revision: int = 0
+    # Set when the session ended by expiry or a fatal error and was archived (notes §16.1):
+    # its log stays readable until the archive retention passes.
+    ended_at: str | None = None
+    ended_at_ms: int | None = None
+    reason: str | None = None
+    deleted_by: str | None = None
+
+    @property
+    def archived(self) -> bool:
+        """True once the session ended and was archived (status ``terminated``, notes §16.1)."""
+        return self.ended_at is not None
 
 
 class NewEntry(msgspec.Struct, kw_only=True, array_like=True):
@@ -194,6 +214,28 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def delete_session(self, session_id: str) -> bool:
         """Remove header, log, participants and deadlines; leave a tombstone. False if absent."""
+
+    @abc.abstractmethod
+    async def archive_session(
+        self, session_id: str, *, ended_at: str, ended_at_ms: int, reason: str, deleted_by: str
+    ) -> bool:
+        """Mark the header ended (notes §16.1), drop participants and deadlines, keep the log.
+
+        False when the session does not exist. The revision changes.
+        """
+
+    @abc.abstractmethod
+    async def archived_before(self, cutoff_ms: int, limit: int = 100) -> list[str]:
+        """Ids of archived sessions that ended before ``cutoff_ms``, oldest first."""
+
+    async def recovery_candidates(self) -> list[str]:
+        """Sessions a restarting sole owner must look at (notes §16.2, seed 004 recovery).
+
+        Only a store owned by one process (SQLite) answers: those whose log may end inside a
+        turn or that have participants recorded as attached. Stores shared by several nodes
+        answer nothing: their nodes recover each other (relay/recovery.py).
+        """
+        return []
 
     # --- the log --------------------------------------------------------------------------
 

@@ -100,6 +100,28 @@ class MemoryStore(Store):
         self._tombstones.add(session_id)
         return True
 
+    async def archive_session(
+        self, session_id: str, *, ended_at: str, ended_at_ms: int, reason: str, deleted_by: str
+    ) -> bool:
+        s = self._get(session_id)
+        if s is None:
+            return False
+        s.header.ended_at, s.header.ended_at_ms = ended_at, ended_at_ms
+        s.header.reason, s.header.deleted_by = reason, deleted_by
+        s.header.revision += 1
+        s.participants.clear()
+        for key in [k for k in self._deadlines if k[0] == session_id]:
+            del self._deadlines[key]
+        return True
+
+    async def archived_before(self, cutoff_ms: int, limit: int = 100) -> list[str]:
+        ended = sorted(
+            (s.header.ended_at_ms, sid)
+            for sid, s in self._sessions.items()
+            if s.header.ended_at_ms is not None and s.header.ended_at_ms < cutoff_ms
+        )
+        return [sid for _, sid in ended[:limit]]
+
     async def append(self, session_id: str, entries: Sequence[NewEntry]) -> list[AppendResult]:
         s = self._get(session_id)
         if s is None:

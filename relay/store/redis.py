@@ -219,6 +219,18 @@ redis.call('HINCRBY', KEYS[1], 'rev', 1)
 return 1
 """
 
+ARCHIVE_LUA: Final = r"""
+-- rawp archive (notes §16.1): the header says "ended", the log stays; participants go.
+-- KEYS[1] hdr  KEYS[2] parts  KEYS[3] dl   ARGV[1] the header's new meta
+-- Returns {existed 0/1, participant ids that may have deadlines}.
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, {}} end
+local pids = redis.call('SMEMBERS', KEYS[3])
+redis.call('HSET', KEYS[1], 'meta', ARGV[1])
+redis.call('HINCRBY', KEYS[1], 'rev', 1)
+redis.call('DEL', KEYS[2], KEYS[3])
+return {1, pids}
+"""
+
 PUT_IF_SESSION_LUA: Final = r"""
 -- rawp put: set a field of a per-session hash only while the session exists.
 -- KEYS[1] hdr  KEYS[2] the hash (e.g. parts)   ARGV[1] field  ARGV[2] value
@@ -367,6 +379,7 @@ _NODES_ALL: Final = "rawp:{~nodes}:all"
 _NODES_HELD: Final = "rawp:{~nodes}:held:"
 _NODES_SWEEP: Final = "rawp:{~nodes}:sweep:"
 _CLAIM_MEMO: Final = "rawp:{~dl}:claim:"
+_ARCHIVED: Final = "rawp:{~ar}:ended"  # sorted set: archived session id, score ended_at_ms
 
 # ResponseError prefixes that mean "Redis cannot take writes right now", not "bad request".
 _UNAVAILABLE_REPLIES: Final = (
@@ -537,6 +550,7 @@ class RedisStore(Store):
         self._delete_script = self._client.register_script(DELETE_LUA)
         self._rename_script = self._client.register_script(RENAME_LUA)
         self._put_script = self._client.register_script(PUT_IF_SESSION_LUA)
+        self._archive_script = self._client.register_script(ARCHIVE_LUA)
         self._claim_script = self._client.register_script(CLAIM_LUA)
         self._heartbeat_script = self._client.register_script(NODE_HEARTBEAT_LUA)
         self._ages_script = self._client.register_script(NODE_AGES_LUA)
@@ -703,7 +717,36 @@ class RedisStore(Store):
             if pids:
                 members = [_enc.encode((session_id, _text(p))) for p in pids]
                 await self._client.zrem(_DEADLINES, *members)
+            await self._client.zrem(_ARCHIVED, session_id)
         return bool(existed)
+
+    async def archive_session(
+        self, session_id: str, *, ended_at: str, ended_at_ms: int, reason: str, deleted_by: str
+    ) -> bool:
+        header = await self.get_session(session_id)
+        if header is None:
+            return False
+        ended = msgspec.structs.replace(
+            header, ended_at=ended_at, ended_at_ms=ended_at_ms, reason=reason, deleted_by=deleted_by
+        )
+        k = _Keys.of(session_id)
+        with _mapped():
+            existed, pids = await self._archive_script(
+                keys=[k.hdr, k.parts, k.dl], args=[_enc.encode(ended)]
+            )
+            if pids:
+                members = [_enc.encode((session_id, _text(p))) for p in pids]
+                await self._client.zrem(_DEADLINES, *members)
+            if existed:
+                await self._client.zadd(_ARCHIVED, {session_id: ended_at_ms})
+        return bool(existed)
+
+    async def archived_before(self, cutoff_ms: int, limit: int = 100) -> list[str]:
+        with _mapped():
+            ids = await self._client.zrangebyscore(
+                _ARCHIVED, "-inf", f"({cutoff_ms}", start=0, num=limit
+            )
+        return [_text(i) for i in ids]
 
     # --- the log ----------------------------------------------------------------------------
 

@@ -349,3 +349,32 @@ async def test_delete_ends_the_view(browser: Any, master: Master, shoot: Shoot) 
     assert deleted["payload"]["reason"] == "master_request"
     assert await master.store.get_session("s-delete") is None
     await shoot(page, "deleted")
+
+
+async def test_archived_session_is_listed_apart_and_opens_read_only(
+    browser: Any, master: Master
+) -> None:
+    """A session ended by a fatal error is listed under "Ended" and opens from its log,
+    read-only (no composer, no live connection), its transcript intact (notes §16.1)."""
+    client = await agent(master, "s-archived", "Finished work")
+    turn = new_turn_id()
+    await client.send("session.turn.start", {"turn_id": turn, "turn_index": 0})
+    await client.send("agent.text.delta", {"block_id": "t1", "delta": "Kept for later."})
+    await client.send("agent.text.done", {"block_id": "t1"})
+    await client.send("session.turn.end", {"turn_id": turn, "stop_reason": "end_turn"})
+    await client.send("session.error", {"error_code": "done", "message": "bye", "fatal": True})
+    assert await client.closed_with() == 1000
+    live = await agent(master, "s-still-live", "Still going")
+    page = await browser.new_page()
+    await page.goto(f"{master.http_url}/?token={API_KEY}#/s/s-archived")
+    await expect(page.locator("#conn-status")).to_have_attribute("data-state", "ended")
+    await expect(page.locator(".block.text").first).to_have_text("Kept for later.")
+    await expect(page.locator("#composer")).to_be_hidden()
+    await expect(page.locator("#archived-title")).to_be_visible()
+    ended = page.locator("#archived-sessions .session-item[data-id='s-archived']")
+    await expect(ended).to_have_count(1)
+    await expect(ended.locator(".presence-summary")).to_contain_text("error")
+    await expect(page.locator("#sessions .session-item[data-id='s-still-live']")).to_have_count(1)
+    await expect(page.locator("#sessions .session-item[data-id='s-archived']")).to_have_count(0)
+    assert "s-archived" not in master.hub.sessions  # nothing attached to it
+    await live.close()

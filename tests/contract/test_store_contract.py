@@ -1,4 +1,4 @@
-"""The store contract: what every backend (memory, redis, redis-cluster) must do alike.
+"""The store contract: what every backend (memory, sqlite, redis, redis-cluster) must do alike.
 
 Each test runs once per backend (the ``store`` / ``backend`` fixtures in conftest.py). The
 contract is the docstrings of :mod:`relay.store.base`; notes §7 and §12, seed 004.
@@ -122,11 +122,9 @@ async def test_acknowledged_appends_survive_a_crash(backend: Backend, store: Sto
     """After SIGKILL and restart of the backend, every acknowledged append is still there."""
     if not backend.durable:
         pytest.skip("the memory store lives in one process: nothing survives it, by design")
-    assert backend.server is not None
     s = await new_session(store)
     results = await asyncio.gather(*(store.append(s, [entry()]) for _ in range(20)))
-    backend.server.restart(crash=True)
-    other = backend.open()
+    other = await backend.crash(store)
     assert seqs(await other.read(s)) == sorted(r[0].seq for r in results)
     assert await other.head_seq(s) == 20
 
@@ -694,3 +692,72 @@ async def test_credentials_put_get(store: Store) -> None:
 async def test_ping(store: Store) -> None:
     """ping is true while the backend answers."""
     assert await store.ping()
+
+
+# --- archived sessions (notes §16.1) ---------------------------------------------------------
+
+
+async def archive(store: Store, session_id: str, ended_at_ms: int = 1_000) -> bool:
+    """Archive a session as an expiry would."""
+    return await store.archive_session(
+        session_id,
+        ended_at="2026-11-29T10:00:00.000Z",
+        ended_at_ms=ended_at_ms,
+        reason="timeout",
+        deleted_by="system",
+    )
+
+
+async def test_archive_keeps_header_and_log_and_drops_participants(store: Store) -> None:
+    """An archived session keeps its header (now ended) and its log; participants and
+    deadlines go, and the revision changes."""
+    s = await new_session(store)
+    await store.append(s, [entry(), entry()])
+    await store.put_participant(s, ParticipantRecord(participant_id="p-1", role="client"))
+    await store.set_deadline(Deadline(session_id=s, participant_id="p-1", due_ms=5))
+    before = await store.get_session(s)
+    assert before is not None
+    assert not before.archived
+    revision = before.revision  # (memory hands out its own header object)
+    assert await archive(store, s)
+    after = await store.get_session(s)
+    assert after is not None
+    assert after.archived
+    assert (after.ended_at, after.ended_at_ms) == ("2026-11-29T10:00:00.000Z", 1_000)
+    assert (after.reason, after.deleted_by) == ("timeout", "system")
+    assert after.revision != revision
+    assert seqs(await store.read(s)) == [1, 2]
+    assert await store.list_participants(s) == []
+    assert await store.claim_due_deadlines(10) == []
+    assert not await store.is_deleted(s)
+    listed = await store.list_sessions("ws-a")
+    assert [h.session_id for h in listed] == [s]
+    assert listed[0].archived
+
+
+async def test_archive_of_unknown_session_is_false(store: Store) -> None:
+    """Archiving a session that does not exist changes nothing."""
+    assert not await archive(store, sid())
+    assert await store.archived_before(10**15) == []
+
+
+async def test_archived_before_lists_expired_archives_oldest_first(store: Store) -> None:
+    """archived_before names archives that ended before the cutoff, oldest first, limited."""
+    late, early, live = await new_session(store), await new_session(store), await new_session(store)
+    await archive(store, late, ended_at_ms=2_000)
+    await archive(store, early, ended_at_ms=1_000)
+    assert await store.archived_before(3_000) == [early, late]
+    assert await store.archived_before(2_000) == [early]
+    assert await store.archived_before(3_000, limit=1) == [early]
+    assert live not in await store.archived_before(10**15)
+
+
+async def test_delete_purges_an_archived_session(store: Store) -> None:
+    """Deleting an archived session removes it for good and from the archive listing."""
+    s = await new_session(store)
+    await store.append(s, [entry()])
+    await archive(store, s)
+    assert await store.delete_session(s)
+    assert await store.get_session(s) is None
+    assert await store.read(s) == []
+    assert await store.archived_before(10**15) == []

@@ -90,6 +90,27 @@ async def assert_gone(master: Master, sid: str) -> None:
     assert status == 404, body
 
 
+async def assert_archived(master: Master, sid: str, reason: str, deleted_by: str) -> None:
+    """The session ended and is archived (notes §16.1): readable, hellos 4410, DELETE purges."""
+    await wait_until(lambda: sid not in master.hub.sessions)
+    header = await master.store.get_session(sid)
+    assert header is not None
+    assert header.archived
+    assert (header.reason, header.deleted_by) == (reason, deleted_by)
+    log = await master.store.read(sid)
+    assert log[-1].type == "session.deleted"
+    assert await master.store.list_participants(sid) == []
+    status, body = await http(master, "GET", f"/v1/sessions/{sid}")
+    assert status == 200
+    assert body["status"] == "terminated"
+    assert body["reason"] == reason
+    assert await hello_close_code(master, hello(sid)) == 4410
+    assert await hello_close_code(master, hello(sid, role="edge")) == 4410
+    status, body = await http(master, "DELETE", f"/v1/session/{sid}")
+    assert status == 200, body
+    await assert_gone(master, sid)
+
+
 async def test_http_delete_cleans_up_in_order_then_closes_1000(master: Master) -> None:
     """DELETE /v1/session/{id}: cancelled results, turn end error, session.deleted, 1000."""
     sid = "s-term-http"
@@ -171,7 +192,7 @@ async def test_fatal_error_from_client_terminates_with_error(master: Master) -> 
     frames, code = await until_closed(client)
     assert code == 1000
     assert_cleanup_order(frames, turn, sid, "error", "client")
-    await assert_gone(master, sid)
+    await assert_archived(master, sid, "error", "client")
 
 
 async def test_fatal_error_from_edge_terminates_with_error(master: Master) -> None:
@@ -186,6 +207,7 @@ async def test_fatal_error_from_edge_terminates_with_error(master: Master) -> No
     frames, code = await until_closed(edges[0])
     assert code == 1000
     assert_cleanup_order(frames, turn, sid, "error", "edge")
+    await assert_archived(master, sid, "error", "edge")
 
 
 async def test_non_fatal_error_from_client_is_only_relayed(master: Master) -> None:
@@ -217,7 +239,7 @@ async def test_reattach_window_expiry_terminates_with_timeout(make_master: Any) 
         ]
         rest = frames[len(synthetic) :]
         assert_cleanup_order(rest, None, sid, "timeout", "system")
-    await assert_gone(master, sid)
+    await assert_archived(master, sid, "timeout", "system")
 
 
 async def test_detached_edge_expires_without_ending_the_session(make_master: Any) -> None:

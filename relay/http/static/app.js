@@ -100,21 +100,29 @@ window.addEventListener("hashchange", () => { if (app.api) route(); });
 async function refreshList() {
   let page;
   try { page = await app.api.sessions(); } catch { return; }
-  const list = $("sessions");
-  list.replaceChildren(...page.sessions.map((s) => {
-    const li = el("li", { class: "session-item", "data-id": s.session_id });
-    if (app.view && app.view.sessionId === s.session_id) li.classList.add("current");
-    const a = el("a", { href: `#/s/${encodeURIComponent(s.session_id)}` });
-    a.append(
-      el("span", { class: "name" }, s.name || s.session_id),
-      el("span", { class: `badge status-${s.status}` }, s.status.replace("_", " ")),
-      el("span", { class: "presence-summary" }, presenceSummary(s)),
-    );
-    li.append(a);
-    return li;
-  }));
-  $("sessions-empty").hidden = page.sessions.length > 0;
+  // Archived sessions (ended by expiry or a fatal error, notes §16.1) are listed apart.
+  const live = page.sessions.filter((s) => !s.ended_at);
+  const ended = page.sessions.filter((s) => s.ended_at);
+  $("sessions").replaceChildren(...live.map(listItem));
+  $("archived-sessions").replaceChildren(...ended.map(listItem));
+  $("archived-title").hidden = ended.length === 0;
+  $("sessions-empty").hidden = live.length > 0;
   if (app.view) renderListEntry(app.view);
+}
+
+function listItem(s) {
+  const li = el("li", { class: "session-item", "data-id": s.session_id });
+  if (app.view && app.view.sessionId === s.session_id) li.classList.add("current");
+  const a = el("a", { href: `#/s/${encodeURIComponent(s.session_id)}` });
+  a.append(
+    el("span", { class: "name" }, s.name || s.session_id),
+    el("span", { class: `badge status-${s.status}` }, s.status.replace("_", " ")),
+    el("span", { class: "presence-summary" },
+      s.ended_at ? `ended ${s.ended_at.slice(0, 16).replace("T", " ")} · ${s.reason}`
+                 : presenceSummary(s)),
+  );
+  li.append(a);
+  return li;
 }
 
 function presenceSummary(s) {
@@ -157,6 +165,12 @@ async function openSession(id) {
     return;
   }
   if (app.view !== view) return;
+  if (app.header.ended_at) {
+    // Archived: read-only, the log above is all there is (attaching would close 4410).
+    setConn("ended", `ended ${app.header.ended_at} (${app.header.reason})`);
+    render();
+    return;
+  }
   app.connection = new EdgeConnection({
     wsUrl: app.config.ws_url, token: app.api.token, view,
     onChange: scheduleRender,
@@ -222,6 +236,7 @@ function renderListEntry(view) {
   badge.textContent = view.status.replace("_", " ");
   badge.className = `badge status-${view.status}`;
   li.querySelector(".name").textContent = view.name || view.sessionId;
+  if (li.closest("#archived-sessions")) return;  // an archive's summary says how it ended
   const agent = [...view.participants.values()].find((p) => p.role === "client");
   const viewers = [...view.participants.entries()].filter(
     ([id, p]) => p.role === "edge" && p.state === "attached" && id !== app.connection?.participantId,

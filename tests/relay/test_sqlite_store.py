@@ -1,0 +1,276 @@
+"""The SQLite store's own promises (notes §16.2, seed 004): ownership, format and damage checks,
+faults (full disk, locked and read-only files, missing directories), torn writes, persistence.
+
+Real database files in the test's temporary directory; the contract every store shares is in
+tests/contract. Full disk is provoked with ``PRAGMA max_page_count`` (:meth:`limit_pages`):
+SQLite then fails the transaction with SQLITE_FULL, the very error a full disk gives.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sqlite3
+import stat
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from protocol.errors import StoreUnavailableError
+from relay.store import open_store
+from relay.store.base import (
+    Credential,
+    Deadline,
+    NewEntry,
+    ParticipantRecord,
+    SessionHeader,
+    StoreOpenError,
+)
+from relay.store.sqlite import DB_FORMAT, SqliteStore
+
+__all__: list[str] = []
+
+
+def header(session_id: str) -> SessionHeader:
+    """A plain header."""
+    return SessionHeader(
+        session_id=session_id, workspace="ws", created_at="2026-12-01T00:00:00.000Z", epoch="e"
+    )
+
+
+def entry(type: str = "agent.text.delta", message_id: str | None = None) -> NewEntry:
+    """An entry with a small JSON envelope."""
+    mid = message_id or str(uuid.uuid4())
+    return NewEntry(
+        message_id=mid,
+        type=type,
+        head=b'{"type":"%s","message_id":"%s","seq":' % (type.encode(), mid.encode()),
+        tail=b"}",
+        sender_id="p-c",
+        sender_role="client",
+    )
+
+
+def digest(path: Path) -> str:
+    """The file's SHA-256 (to show it was not modified)."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    """A started store on a fresh file."""
+    opened = SqliteStore(tmp_path / "rawp.db")
+    await opened.start()
+    yield opened
+    await opened.close()
+
+
+async def test_open_store_url_and_missing_directories(tmp_path: Path) -> None:
+    """sqlite:PATH opens a SqliteStore; missing parent directories are created."""
+    path = tmp_path / "a" / "b" / "rawp.db"
+    opened = open_store(f"sqlite:{path}")
+    assert isinstance(opened, SqliteStore)
+    await opened.start()
+    try:
+        assert path.exists()
+        assert await opened.ping()
+    finally:
+        await opened.close()
+
+
+async def test_a_second_owner_is_refused_naming_file_and_pid(store: SqliteStore) -> None:
+    """One owner per file: a second store on the same file names the file and the owner."""
+    second = SqliteStore(store.path)
+    with pytest.raises(StoreOpenError) as refused:
+        await second.start()
+    message = str(refused.value)
+    assert str(store.path) in message
+    assert f"pid {os.getpid()}" in message
+    assert "\n" not in message
+
+
+async def test_newer_format_is_refused_with_upgrade_and_left_untouched(tmp_path: Path) -> None:
+    """A database of a newer format is refused with "upgrade" (never "corrupt"), unchanged."""
+    first = SqliteStore(tmp_path / "rawp.db")
+    await first.start()
+    await first.close()
+    with sqlite3.connect(first.path) as db:
+        db.execute(f"PRAGMA user_version = {DB_FORMAT + 1}")
+    before = digest(first.path)
+    with pytest.raises(StoreOpenError) as refused:
+        await SqliteStore(first.path).start()
+    assert "upgrade" in str(refused.value)
+    assert "damaged" not in str(refused.value)
+    assert "corrupt" not in str(refused.value)
+    assert digest(first.path) == before
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (b"name,seq\nx,1\n" * 100, "not a RAWP database"),
+        (None, "not a RAWP database"),  # another program's SQLite database
+    ],
+)
+async def test_a_foreign_file_is_refused_and_left_untouched(
+    tmp_path: Path, content: bytes | None, words: str
+) -> None:
+    """A file that is not a RAWP database stops the start with a clear message, unchanged."""
+    path = tmp_path / "other.db"
+    if content is None:
+        with sqlite3.connect(path) as db:
+            db.execute("CREATE TABLE notes (body TEXT)")
+            db.execute("INSERT INTO notes VALUES ('mine')")
+    else:
+        path.write_bytes(content)
+    before = digest(path)
+    with pytest.raises(StoreOpenError) as refused:
+        await SqliteStore(path).start()
+    assert words in str(refused.value)
+    assert str(path) in str(refused.value)
+    assert digest(path) == before
+
+
+async def test_a_damaged_database_is_refused_and_left_untouched(tmp_path: Path) -> None:
+    """A RAWP database whose schema page is overwritten is reported damaged, not modified."""
+    first = SqliteStore(tmp_path / "rawp.db")
+    await first.start()
+    await first.create_session(header("s-1"))
+    await first.close()
+    data = bytearray(first.path.read_bytes())
+    data[100:4096] = b"\xa5" * (4096 - 100)  # page 1 after the file header: sqlite_master
+    first.path.write_bytes(bytes(data))
+    before = digest(first.path)
+    with pytest.raises(StoreOpenError) as refused:
+        await SqliteStore(first.path).start()
+    assert "damaged" in str(refused.value)
+    assert digest(first.path) == before
+
+
+async def test_a_read_only_file_is_refused(tmp_path: Path) -> None:
+    """A database file marked read-only stops the start with a message naming it."""
+    first = SqliteStore(tmp_path / "rawp.db")
+    await first.start()
+    await first.close()
+    first.path.chmod(stat.S_IRUSR | stat.S_IRGRP)
+    before = digest(first.path)
+    with pytest.raises(StoreOpenError) as refused:
+        await SqliteStore(first.path).start()
+    assert "read-only" in str(refused.value)
+    assert str(first.path) in str(refused.value)
+    assert digest(first.path) == before
+
+
+async def test_full_disk_refuses_loses_nothing_acknowledged_and_recovers(
+    store: SqliteStore,
+) -> None:
+    """SQLITE_FULL: the append fails store_unavailable, acknowledged entries stay, and once
+    space returns appends go on at the next seq."""
+    await store.create_session(header("s-full"))
+    acknowledged = await store.append("s-full", [entry() for _ in range(10)])
+    used = await store._read(lambda db: db.execute("PRAGMA page_count").fetchone()[0])
+    await store.limit_pages(used)
+    big = [
+        NewEntry(
+            message_id=str(uuid.uuid4()),
+            type="agent.text.delta",
+            head=b'{"seq":',
+            tail=b',"pad":"' + b"x" * 8192 + b'"}',
+            sender_id="p-c",
+            sender_role="client",
+        )
+        for _ in range(20)
+    ]
+    with pytest.raises(StoreUnavailableError, match="full"):
+        await store.append("s-full", big)
+    # (ping's probe rewrites a page in place, which the page cap allows: not asserted here)
+    assert [e.seq for e in await store.read("s-full")] == [r.seq for r in acknowledged]
+    await store.limit_pages(None)
+    assert await store.ping()  # readiness recovers by itself once space returns
+    again = await store.append("s-full", [entry()])
+    assert again[0].seq == 11
+
+
+async def test_a_file_locked_by_another_program_fails_writes_then_recovers(
+    store: SqliteStore,
+) -> None:
+    """Another program holding the write lock: writes fail store_unavailable (after the busy
+    timeout), and succeed again once it lets go."""
+    await store.create_session(header("s-lock"))
+    other = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(StoreUnavailableError, match="locked"):
+            await store.append("s-lock", [entry()])
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
+    assert (await store.append("s-lock", [entry()]))[0].seq == 1
+
+
+async def test_a_torn_final_transaction_loses_only_that_batch(
+    store: SqliteStore, tmp_path: Path
+) -> None:
+    """A WAL whose last transaction is torn (power loss mid-write) opens with every earlier
+    batch intact and nothing of the torn one half-written."""
+    await store.create_session(header("s-torn"))
+    await store.append("s-torn", [entry() for _ in range(5)])
+    await store.append("s-torn", [entry() for _ in range(5)])
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    shutil.copy(store.path, copy / "rawp.db")
+    wal = store.path.with_name("rawp.db-wal")
+    torn = wal.read_bytes()
+    (copy / "rawp.db-wal").write_bytes(torn[: len(torn) - 200])  # the last frame, cut
+    reopened = SqliteStore(copy / "rawp.db")
+    await reopened.start()
+    try:
+        got = [e.seq for e in await reopened.read("s-torn")]
+        assert got == list(range(1, 6))  # the first batch; the torn second one not at all
+        assert await reopened.head_seq("s-torn") == 5
+        assert (await reopened.append("s-torn", [entry()]))[0].seq == 6
+    finally:
+        await reopened.close()
+
+
+async def test_participants_deadlines_and_credentials_survive_a_restart(tmp_path: Path) -> None:
+    """What the master keeps beside the log is still there after close and reopen."""
+    first = SqliteStore(tmp_path / "rawp.db")
+    await first.start()
+    await first.create_session(header("s-keep"))
+    record = ParticipantRecord(participant_id="p-1", role="client", generation=3, cursor=7)
+    await first.put_participant("s-keep", record)
+    await first.set_deadline(Deadline(session_id="s-keep", participant_id="p-1", due_ms=5))
+    key = Credential(digest="d" * 64, kind="key", workspace="ws", grants=["all"])
+    await first.put_credential(key)
+    await first.close()
+    second = SqliteStore(first.path)
+    await second.start()
+    try:
+        assert await second.get_participant("s-keep", "p-1") == record
+        assert await second.get_credential("d" * 64) == key
+        assert await second.claim_due_deadlines(10) == [
+            Deadline(session_id="s-keep", participant_id="p-1", due_ms=5)
+        ]
+    finally:
+        await second.close()
+
+
+async def test_recovery_candidates_follow_the_open_turn_marker(store: SqliteStore) -> None:
+    """Sessions inside a turn, or with participants recorded attached, are the candidates;
+    the others (and archived ones) are not, so start-up reads no other log."""
+    for name in ("s-open", "s-closed", "s-attached", "s-archived"):
+        await store.create_session(header(name))
+    await store.append("s-open", [entry("session.turn.start")])
+    await store.append("s-closed", [entry("session.turn.start"), entry("session.turn.end")])
+    await store.put_participant(
+        "s-attached", ParticipantRecord(participant_id="p", role="client", attached=True)
+    )
+    await store.append("s-archived", [entry("session.turn.start")])
+    await store.archive_session(
+        "s-archived", ended_at="x", ended_at_ms=1, reason="error", deleted_by="client"
+    )
+    assert await store.recovery_candidates() == ["s-attached", "s-open"]
