@@ -22,7 +22,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
-from protocol import codec
+from protocol import codec, names
 from protocol.errors import (
     HandshakeError,
     HelloTimeout,
@@ -84,9 +84,13 @@ class WebSocketEndpoint:
         """Refuse wrong paths, foreign browser origins and foreign subprotocols (notes §2)."""
         if request.path.split("?", 1)[0] != WS_PATH:
             return connection.respond(HTTPStatus.NOT_FOUND, f"RAWP is served at {WS_PATH}\n")
-        origin = request.headers.get("Origin")
-        if origin is not None and origin not in self.allowed_origins:
-            return connection.respond(HTTPStatus.FORBIDDEN, f"origin {origin} is not allowed\n")
+        origins = request.headers.get_all("Origin")
+        if len(origins) > 1:
+            # A browser sends one; two are a forgery whichever one we would read.
+            return connection.respond(HTTPStatus.FORBIDDEN, "more than one Origin header\n")
+        if origins and origins[0] not in self.allowed_origins:
+            shown = names.one_line(origins[0][:200])
+            return connection.respond(HTTPStatus.FORBIDDEN, f"origin {shown} is not allowed\n")
         offered = _offered_subprotocols(request.headers)
         if offered and SUBPROTOCOL not in offered:
             return connection.respond(
