@@ -52,10 +52,7 @@ def incomplete(blocks: Iterable[Block]) -> list[str]:
     """Why the data is incomplete (§7.1.1): truncated histories and their notices."""
     reasons: list[str] = []
     for block in blocks:
-        if isinstance(block, NoticeBlock) and (
-            block.error_code == "history_truncated"
-            or (block.notice == "history" and block.truncated)
-        ):
+        if isinstance(block, NoticeBlock) and block.data_incomplete:  # master's only (§16.8)
             reasons.append(block.text)
     return reasons
 
@@ -135,7 +132,9 @@ def _render(block: Block) -> list[str]:
             _quote(block.summary),
         ]
     code = f" {code_span(block.error_code)}" if block.error_code else ""
-    return [f"*{inline_text(block.notice)}{code}: {inline_text(block.text)}*"]
+    # A participant's session.error is its report, not the session's notice (§16.8).
+    who = "" if block.reported_by == "master" else f" (reported by the {block.reported_by})"
+    return [f"*{inline_text(block.notice)}{code}{who}: {inline_text(block.text)}*"]
 
 
 def render_markdown(view: SessionView, meta: Sequence[tuple[str, str]], *, title: str = "") -> str:
