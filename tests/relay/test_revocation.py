@@ -1,0 +1,186 @@
+"""Credentials end with their validity (notes §16.9, relay/revocation.py).
+
+An expired or revoked credential ends every WebSocket (4401) and SSE stream opened with it,
+busy streams included, on every node — a token revoked over HTTP on another node, and an
+API key revoked with ``rawp keys revoke`` against Redis. Waits are bounded, never timed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from relay.auth import new_api_key
+from relay.server import Master
+from tests.e2e.conftest import API_KEY
+from tests.e2e.conftest import test_settings as settings_for
+from tests.relay.http.test_sse import RawStream
+from tests.support.redis_server import RedisServer
+from tests.support.wire import Peer, new_turn_id
+
+_RAWP = Path(sys.executable).with_name("rawp")
+
+
+class Chatter:
+    """A client that keeps its session busy (a text delta every few ms) until stopped."""
+
+    def __init__(self, client: Peer) -> None:
+        self.client = client
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Open a turn and start streaming deltas."""
+        await self.client.send("session.turn.start", {"turn_id": new_turn_id(), "turn_index": 0})
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        i = 0
+        while True:
+            await self.client.send("agent.text.delta", {"block_id": "b", "delta": f"{i} "})
+            i += 1
+            await asyncio.sleep(0.002)
+
+    async def stop(self) -> None:
+        """Stop streaming."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+async def _stream_ends(stream: RawStream, timeout: float = 10.0) -> bool:
+    """Read a (busy) stream until the master ends it; True once it did."""
+    async with asyncio.timeout(timeout):
+        while await stream.next_event(timeout) is not None:
+            pass
+    return True
+
+
+async def _open_stream(master: Master, session_id: str, secret: str) -> RawStream:
+    path = f"/v1/sessions/{session_id}/events/stream"
+    stream = await RawStream.open(master, path, {"Authorization": f"Bearer {secret}"})
+    assert stream.status == 200
+    return stream
+
+
+async def test_expiry_ends_websockets_and_busy_streams(master: Master) -> None:
+    """A token whose expiry passes closes its WebSocket 4401 and ends its busy SSE stream."""
+    client = await Peer.open(master.ws_url, "s-exp", token=API_KEY, create=True)
+    token, _ = await master.hub.auth.issue_token("default", "s-exp", ttl_s=1.0)
+    edge = await Peer.open(master.ws_url, "s-exp", role="edge", token=token)
+    stream = await _open_stream(master, "s-exp", token)
+    chatter = Chatter(client)
+    await chatter.start()
+    try:
+        assert await _stream_ends(stream)
+        assert await edge.closed_with(10.0) == 4401
+    finally:
+        await chatter.stop()
+    await stream.close()
+    await client.close()
+
+
+async def test_revocation_over_http_ends_busy_streams_at_once(master: Master) -> None:
+    """Revoking a token ends its busy SSE stream (no idle ping is needed)."""
+    client = await Peer.open(master.ws_url, "s-rv", token=API_KEY, create=True)
+    token, record = await master.hub.auth.issue_token("default", "s-rv")
+    stream = await _open_stream(master, "s-rv", token)
+    chatter = Chatter(client)
+    await chatter.start()
+    try:
+        assert await stream.next_event() is not None
+        await master.hub.auth.revoke(record.digest)  # as `DELETE /v1/tokens` or another node
+        assert await _stream_ends(stream)
+    finally:
+        await chatter.stop()
+    await stream.close()
+    await client.close()
+
+
+@pytest.fixture
+async def nodes(redis_server: RedisServer) -> AsyncIterator[Callable[..., Any]]:
+    """In-process masters N1, N2, … on our own Redis; all stopped after the test."""
+    with contextlib.closing(redis_server.client()) as c:
+        c.flushall()
+    started: list[Master] = []
+
+    async def start(count: int) -> list[Master]:
+        for _ in range(count):
+            options = {"store": redis_server.url, "node_id": f"N{len(started) + 1}"}
+            master = Master(settings_for(**options))
+            await master.start()
+            started.append(master)
+        return started[-count:]
+
+    yield start
+    for master in started:
+        await master.stop()
+
+
+@pytest.mark.redis
+@pytest.mark.timeout(60)
+async def test_a_token_revoked_on_one_node_ends_its_connections_on_another(nodes: Any) -> None:
+    """Revoked over HTTP on node A: the token's WebSocket and busy stream on B end."""
+    a, b = await nodes(2)
+    client = await Peer.open(b.ws_url, "s-multi", token=API_KEY, create=True)
+    token, record = await a.hub.auth.issue_token("default", "s-multi")
+    edge = await Peer.open(b.ws_url, "s-multi", role="edge", token=token)
+    stream = await _open_stream(b, "s-multi", token)
+    chatter = Chatter(client)
+    await chatter.start()
+    try:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.delete(
+                f"{a.http_url}/v1/tokens/{record.digest}",
+                headers={"Authorization": f"Bearer {API_KEY}"},
+            ) as response,
+        ):
+            assert response.status == 200
+        assert await _stream_ends(stream)
+        assert await edge.closed_with(10.0) == 4401
+    finally:
+        await chatter.stop()
+    await stream.close()
+    await client.close()
+
+
+@pytest.mark.redis
+@pytest.mark.timeout(60)
+async def test_rawp_keys_revoke_ends_the_keys_connections_on_every_node(
+    nodes: Any, redis_server: RedisServer
+) -> None:
+    """`rawp keys revoke` against Redis: the key's sockets (4401) and streams end on A and B."""
+    a, b = await nodes(2)
+    key = new_api_key()
+    await a.hub.auth.register_key(key, "default")
+    client = await Peer.open(a.ws_url, "s-key", token=key, create=True)
+    edge = await Peer.open(b.ws_url, "s-key", role="edge", token=key)
+    streams = [await _open_stream(m, "s-key", key) for m in (a, b)]
+    other = await Peer.open(b.ws_url, "s-key", role="edge", token=API_KEY)  # another key
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [str(_RAWP), "keys", "revoke", key, "--store", redis_server.url],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    for stream in streams:
+        assert await _stream_ends(stream)
+        await stream.close()
+    assert await client.closed_with(10.0) == 4401
+    assert await edge.closed_with(10.0) == 4401
+    sentinel = await other.send("user.message", {"text": "still attached"})
+    async with asyncio.timeout(5):
+        while await a.store.message_seq("s-key", sentinel["message_id"]) is None:
+            await asyncio.sleep(0.01)
+    await other.close()
