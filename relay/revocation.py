@@ -33,6 +33,7 @@ log = structlog.get_logger("rawp.revocation")
 
 CHECK_INTERVAL_S: Final = 0.5
 CLOSE_INVALID_CREDENTIAL: Final = 4401
+_CONCURRENT_READS: Final = 64  # store reads in flight at once per round
 
 
 class Endable(Protocol):
@@ -90,8 +91,13 @@ class CredentialWatch:
                 principals[principal.credential_id] = principal
                 holders[principal.credential_id].append(stream.end)
         ended = 0
-        for credential_id, principal in principals.items():
-            if await self._still_valid(principal):
+        checked = list(principals.items())
+        valid: list[bool] = []
+        for start in range(0, len(checked), _CONCURRENT_READS):
+            chunk = checked[start : start + _CONCURRENT_READS]
+            valid += await asyncio.gather(*(self._still_valid(p) for _, p in chunk))
+        for (credential_id, _), still_valid in zip(checked, valid, strict=True):
+            if still_valid:
                 continue
             ending = holders[credential_id]
             log.info("credential_invalid", token_id=credential_id[:12], ending=len(ending))
