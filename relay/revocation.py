@@ -117,8 +117,8 @@ class CredentialWatch:
             return False
         try:
             record = await self._hub.store.get_credential(principal.credential_id)
-        except StoreError:
-            return True  # cannot tell now; the next round asks again
+        except (StoreError, OSError):
+            return True  # cannot tell now (store outage); the next round asks again
         return record is not None and not record.revoked and not _expired(record.expires_at_ms)
 
 
