@@ -38,12 +38,13 @@ from protocol.frames import SUBPROTOCOL, Ack, Hello
 from .hub import Hub
 from .session import Participant, Session
 
-__all__ = ["WS_PATH", "RateLimiter", "WebSocketEndpoint"]
+__all__ = ["WS_PATH", "RateLimiter", "WebSocketEndpoint", "close_reason"]
 
 log = structlog.get_logger("rawp.ws")
 
 WS_PATH: Final = "/v1/ws"
 _POLICY: Final = 1008
+_MAX_CLOSE_REASON_BYTES: Final = 123
 _FLUSH_BEFORE_CLOSE_S: Final = 1.0
 _connection_ids = itertools.count(1)
 
@@ -114,7 +115,7 @@ class WebSocketEndpoint:
         except HandshakeError as exc:
             hub.metrics.closes.labels(str(exc.close_code)).inc()
             log.info("handshake_refused", code=exc.close_code, reason=exc.message)
-            await connection.close(exc.close_code, exc.message[:120])
+            await connection.close(exc.close_code, close_reason(exc.message))
             return
         except ConnectionClosed:
             return
@@ -192,6 +193,16 @@ class WebSocketEndpoint:
                 participant.ack(frame.payload.last_seq)
                 continue
             await session.submit(participant, frame, raw)  # counted in frames_in per batch
+
+
+def close_reason(text: str) -> str:
+    """``text`` as a close reason: one line, at most 123 bytes of UTF-8 (RFC 6455 §5.5).
+
+    Refusals echo received text (a protocol version, a session id): cut by characters, a
+    non-ASCII one would overflow the control frame and fail the close itself.
+    """
+    data = names.one_line(text).encode()[:_MAX_CLOSE_REASON_BYTES]
+    return data.decode(errors="ignore")  # a character cut in half is dropped
 
 
 def _forget_upgrade_headers(connection: ServerConnection) -> None:
