@@ -13,9 +13,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from aiohttp import web
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
+from relay.http.hardening import HardenedRunner, hide_server_version
 from relay.server import Master
 from tests.e2e.conftest import API_KEY
 from tests.relay.http.conftest import Api
@@ -87,8 +89,8 @@ async def _closed_by_server(reader: asyncio.StreamReader, writer: asyncio.Stream
 
 async def test_slowloris_connections_are_closed(master: Master) -> None:
     """Connections that trickle their headers, or send nothing, are closed by the master."""
-    trickling = [await _connect(master) for _ in range(20)]
-    silent = [await _connect(master) for _ in range(20)]
+    trickling = [await _connect(master) for _ in range(50)]
+    silent = [await _connect(master) for _ in range(50)]
     results = await asyncio.gather(*(_closed_by_server(r, w) for r, w in trickling))
     assert all(results)
     for reader, writer in silent:
@@ -98,6 +100,56 @@ async def test_slowloris_connections_are_closed(master: Master) -> None:
     for _, writer in trickling:
         writer.close()
     assert (await raw(master, _get("/healthz"))).status == 200  # the port still serves
+
+
+async def test_a_body_that_never_arrives_is_cut(api: Api, master: Master) -> None:
+    """A request whose body stops short is answered 408 problem+json, not held open."""
+    await api.create("s-body")
+    reader, writer = await _connect(master)
+    writer.write(
+        b"PATCH /v1/sessions/s-body HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        + f"Authorization: Bearer {API_KEY}\r\n".encode()
+        + b'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"name":'
+    )
+    await writer.drain()
+    async with asyncio.timeout(15):
+        status_line = await reader.readline()
+        rest = await reader.read()
+    writer.close()
+    assert status_line.split()[1] == b"408"
+    assert b"application/problem+json" in rest
+
+
+async def test_an_unexpected_error_is_a_problem_without_traceback() -> None:
+    """A handler that fails unexpectedly answers 500 problem+json with no traceback in it."""
+
+    async def broken(request: web.Request) -> web.Response:
+        raise RuntimeError("a bug")
+
+    app = web.Application()
+    app.router.add_get("/broken", broken)
+    app.on_response_prepare.append(hide_server_version)
+    runner = HardenedRunner(app, header_timeout_s=5.0, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /broken HTTP/1.1\r\nHost: x\r\nAccept: text/html\r\n\r\n")
+        await writer.drain()
+        async with asyncio.timeout(10):
+            answer = await reader.read()
+        writer.close()
+    finally:
+        await runner.cleanup()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.split()[1] == b"500"
+    assert b"application/problem+json" in head
+    assert b"Server: rawp" in head
+    assert json.loads(body)["code"] == "internal"
+    assert b"Traceback" not in body
+    assert b"a bug" not in body
 
 
 async def test_a_stream_outlives_the_header_deadline(api: Api, make_master: Any) -> None:
