@@ -595,6 +595,19 @@ class Session:
                 self.id, inner.message_id
             ):
                 continue  # already logged live: logged once (notes §7)
+            # [trust] a history's frames are acts like live ones: what the credential may
+            # not do is neither logged nor relayed (every view would fold it, §16.6).
+            act = acts.act_of(
+                inner.type, fatal=isinstance(inner, SessionError) and inner.payload.fatal
+            )
+            try:
+                if act is not None:
+                    acts.require(act, participant.role, participant.principal)
+            except NotAllowed as exc:
+                participant.send_error(
+                    NotAllowed(f"history frame {inner.message_id} refused: {exc.message}")
+                )
+                continue
             frames.append(inner)
             raw_of[id(inner)] = bytes(raw)
         try:

@@ -21,7 +21,7 @@ from protocol import acts
 from relay.auth import Principal
 from relay.server import Master
 from tests.e2e.conftest import API_KEY
-from tests.support.wire import Peer, new_turn_id
+from tests.support.wire import Peer, envelope, new_turn_id
 
 SID = "s-acts"
 Credential = tuple[str, frozenset[str]]  # ("key", {}) or ("token", grants)
@@ -247,3 +247,35 @@ async def _ended(master: Master) -> bool:
 
 async def _logged(master: Master, message_id: str) -> bool:
     return await master.store.message_seq(SID, message_id) is not None
+
+
+async def test_a_history_cannot_carry_an_act_the_credential_may_not_do(master: Master) -> None:
+    """A client token without delete puts a session.deleted in its history: refused, not logged."""
+    owner = await Peer.open(master.ws_url, SID, token=API_KEY, create=True)
+    edge = await Peer.open(master.ws_url, SID, role="edge", token=API_KEY)
+    await owner.close()
+    await _until(lambda: _client_gone(master))
+    token, _ = await master.hub.auth.issue_token("default", SID, grants=frozenset({"client"}))
+    client = await Peer.open(master.ws_url, SID, token=token)
+    deleted = envelope(
+        SID,
+        "session.deleted",
+        {"session_id": SID, "reason": "user_request", "deleted_by": "client"},
+    )
+    note = envelope(SID, "agent.state", {"state": "thinking"})
+    history = await client.send(
+        "session.history",
+        {
+            "frames": [deleted, note],
+            "buffer_status": {"policy_applied": "RING", "truncated": False, "lost_frame_count": 0},
+            "last_sync_timestamp": "2026-11-29T09:00:00Z",
+            "last_message_id": "",
+        },
+    )
+    error = await client.recv_type("session.error")
+    assert error["payload"]["error_code"] == "not_allowed"
+    assert deleted["message_id"] in error["payload"]["message"]
+    relayed = await edge.recv_type("session.history")
+    assert relayed["message_id"] == history["message_id"]
+    assert [f["type"] for f in relayed["payload"]["frames"]] == ["agent.state"]
+    assert not master.hub.sessions[SID].terminated
