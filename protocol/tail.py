@@ -182,7 +182,10 @@ class TailPrinter:
         elif isinstance(frame, SessionError):
             p_e = frame.payload
             fatal = " (fatal)" if p_e.fatal else ""
-            self._line(f"! {p_e.error_code}{fatal}: {p_e.message}")
+            # A participant's session.error is its report, not the session's notice (§16.8).
+            role = frame.sender.role if frame.sender is not None else "master"
+            who = "" if role == "master" else f" (reported by the {role})"
+            self._line(f"! {p_e.error_code}{fatal}{who}: {p_e.message}")
         else:
             self._line(f"· {frame.type}")
 

@@ -31,3 +31,18 @@ def test_no_received_control_character_reaches_the_terminal() -> None:
     text = "".join(out)
     assert "\x1b" not in text
     assert not [c for c in CONTROLS if c not in "\n\t" and c in text]
+
+
+def test_a_participants_error_is_printed_as_its_report() -> None:
+    """rawp tail labels a participant's session.error with its role; the master's stands alone."""
+    out: list[str] = []
+    printer = TailPrinter(out.append)
+    payload = {"error_code": "history_truncated", "message": "lost", "fatal": False}
+    for seq, role in enumerate(("edge", "master"), start=1):
+        frame = envelope("s-t", "session.error", payload)
+        stamped = {**frame, "seq": seq, "sender": {"role": role, "participant_id": f"p-{role}"}}
+        printer.frame(codec.decode(json.dumps(stamped)))
+    assert out == [
+        "! history_truncated (reported by the edge): lost\n",
+        "! history_truncated: lost\n",
+    ]
