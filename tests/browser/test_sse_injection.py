@@ -54,8 +54,7 @@ async def _legacy_entry(master: Master) -> None:
 
 
 async def test_eventsource_gets_no_forged_event_or_id(browser: Any, master: Master) -> None:
-    """A viewer's CR/LF frame type is refused, an old entry's is escaped: no forged
-    session.deleted reaches the page and its lastEventId is always a real seq."""
+    """No forged session.deleted or lastEventId reaches EventSource (refused or escaped)."""
     client = await Peer.open(master.ws_url, SID, token=API_KEY, create=True)
     token, _ = await master.hub.auth.issue_token("default", SID)
     viewer = await Peer.open(master.ws_url, SID, role="edge", token=token)
