@@ -346,3 +346,10 @@ async def test_a_strange_host_header_still_serves_the_dashboard(master: Master) 
             assert answer.status in (200, 400), (host, path, answer.body[:200])
             if answer.status == 400:
                 assert answer.problem["code"] == "bad_request"
+
+
+async def test_a_body_over_the_size_limit_is_a_413_problem(api: Api) -> None:
+    """A body over aiohttp's limit (1 MiB) answers 413 problem+json."""
+    reply = await api.post("/v1/sessions", data=b"[" + b"1," * (1 << 20) + b"1]")
+    assert reply.status == 413
+    assert reply.problem["status"] == 413
