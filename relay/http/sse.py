@@ -67,7 +67,11 @@ class EventStream:
     """One open SSE response."""
 
     def __init__(
-        self, response: web.StreamResponse, principal: Principal, written: Counter
+        self,
+        response: web.StreamResponse,
+        principal: Principal,
+        written: Counter,
+        transport: asyncio.BaseTransport | None = None,
     ) -> None:
         self.response = response
         self.principal = principal
@@ -75,9 +79,17 @@ class EventStream:
         self.last = 0
         self.done = False
         self.stop = asyncio.Event()
+        self._transport = transport
 
     def end(self) -> None:
-        """Ask the stream to finish (shutdown, revocation)."""
+        """Ask the stream to finish (shutdown, revocation); asked again, cut its connection.
+
+        A stream ends at its next event once asked; one still open when asked again (the
+        credential watch asks every round, relay/revocation.py) is stuck writing to a reader
+        that stopped reading, so its connection is closed under it (§16.9).
+        """
+        if self.stop.is_set() and isinstance(self._transport, asyncio.WriteTransport):
+            self._transport.abort()  # close() would wait to flush what the reader never takes
         self.stop.set()
 
 
@@ -140,7 +152,9 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
         }
     )
     await response.prepare(request)
-    stream = EventStream(response, principal, request.app[HTTP_METRICS].sse_events)
+    stream = EventStream(
+        response, principal, request.app[HTTP_METRICS].sse_events, request.transport
+    )
     stream.last = cursor
     streams = request.app[STREAMS]
     metrics = request.app[HTTP_METRICS]

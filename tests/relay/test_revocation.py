@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
@@ -103,6 +105,52 @@ async def test_revocation_over_http_ends_busy_streams_at_once(master: Master) ->
         await chatter.stop()
     await stream.close()
     await client.close()
+
+
+async def _open_streams(master: Master) -> float:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"{master.http_url}/metrics") as response,
+    ):
+        text = await response.text()
+    return sum(
+        float(line.split()[1]) for line in text.splitlines() if line.startswith("rawp_sse_streams ")
+    )
+
+
+async def test_revocation_ends_a_stream_whose_reader_stopped_reading(master: Master) -> None:
+    """A revoked token's stream stuck behind a reader that stopped reading is cut as well."""
+    client = await Peer.open(master.ws_url, "s-stuck", token=API_KEY, create=True)
+    token, record = await master.hub.auth.issue_token("default", "s-stuck")
+    url = urlsplit(master.http_url)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window fills fast
+    sock.connect((url.hostname, url.port))
+    request = "GET /v1/sessions/s-stuck/events/stream HTTP/1.1\r\nHost: x\r\n"
+    sock.sendall((request + f"Authorization: Bearer {token}\r\n\r\n").encode())
+    await client.send("session.turn.start", {"turn_id": new_turn_id(), "turn_index": 0})
+    big = "x" * 60_000
+    for _ in range(80):  # ~5 MB the reader never reads
+        await client.send("agent.text.delta", {"block_id": "b", "delta": big})
+    await _until_true(lambda: _head(master, "s-stuck", 80))
+    await master.hub.auth.revoke(record.digest)
+    await _until_true(lambda: _no_streams(master))
+    sock.close()
+    await client.close()
+
+
+async def _head(master: Master, session_id: str, at_least: int) -> bool:
+    return await master.store.head_seq(session_id) >= at_least
+
+
+async def _no_streams(master: Master) -> bool:
+    return await _open_streams(master) == 0
+
+
+async def _until_true(predicate: Callable[[], Any], timeout: float = 15.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not await predicate():
+            await asyncio.sleep(0.05)
 
 
 @pytest.fixture
