@@ -43,6 +43,7 @@ __all__ = ["STREAMS", "EventStream", "end_streams", "end_streams_of", "stream_ev
 _PAGE: Final = 500
 _QUEUE_LIMIT: Final = 4096
 _RETRY_MS: Final = 2000
+_SHUTDOWN_GRACE_S: Final = 1.0
 _SEQ_TEXT: Final = re.compile(r"[0-9]{1,18}")
 
 
@@ -105,10 +106,20 @@ def end_streams_of(app: web.Application, credential_id: str) -> None:
 
 
 async def end_streams(app: web.Application) -> None:
-    """``on_shutdown``: end every stream so the server can close."""
+    """``on_shutdown``: end every stream so the server can close.
+
+    Streams end at their next event; any still open after :data:`_SHUTDOWN_GRACE_S` are
+    stuck behind readers that stopped reading and are cut, so shutdown does not wait on them.
+    """
     streams: set[EventStream] = app[STREAMS]
     for stream in list(streams):
         stream.end()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _SHUTDOWN_GRACE_S
+    while streams and loop.time() < deadline:
+        await asyncio.sleep(0.02)
+    for stream in list(streams):
+        stream.end()  # asked twice: its connection is cut
 
 
 def _event(entry: LogEntry) -> bytes:

@@ -122,21 +122,32 @@ async def test_revocation_ends_a_stream_whose_reader_stopped_reading(master: Mas
     """A revoked token's stream stuck behind a reader that stopped reading is cut as well."""
     client = await Peer.open(master.ws_url, "s-stuck", token=API_KEY, create=True)
     token, record = await master.hub.auth.issue_token("default", "s-stuck")
-    url = urlsplit(master.http_url)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window fills fast
-    sock.connect((url.hostname, url.port))
-    request = "GET /v1/sessions/s-stuck/events/stream HTTP/1.1\r\nHost: x\r\n"
-    sock.sendall((request + f"Authorization: Bearer {token}\r\n\r\n").encode())
-    await client.send("session.turn.start", {"turn_id": new_turn_id(), "turn_index": 0})
-    big = "x" * 60_000
-    for _ in range(80):  # ~5 MB the reader never reads
-        await client.send("agent.text.delta", {"block_id": "b", "delta": big})
-    await _until_true(lambda: _head(master, "s-stuck", 80))
+    sock = await _stuck_reader(master, "s-stuck", token)
+    await _flood(master, client, "s-stuck")
     await master.hub.auth.revoke(record.digest)
     await _until_true(lambda: _no_streams(master))
     sock.close()
     await client.close()
+
+
+async def _stuck_reader(master: Master, session_id: str, secret: str) -> socket.socket:
+    """An SSE request on a socket with a tiny window that is never read."""
+    url = urlsplit(master.http_url)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window fills fast
+    sock.connect((url.hostname, url.port))
+    request = f"GET /v1/sessions/{session_id}/events/stream HTTP/1.1\r\nHost: x\r\n"
+    sock.sendall((request + f"Authorization: Bearer {secret}\r\n\r\n").encode())
+    return sock
+
+
+async def _flood(master: Master, client: Peer, session_id: str) -> None:
+    """~5 MB of text the stuck reader never takes, all logged."""
+    await client.send("session.turn.start", {"turn_id": new_turn_id(), "turn_index": 0})
+    big = "x" * 60_000
+    for _ in range(80):
+        await client.send("agent.text.delta", {"block_id": "b", "delta": big})
+    await _until_true(lambda: _head(master, session_id, 80))
 
 
 async def _head(master: Master, session_id: str, at_least: int) -> bool:
@@ -151,6 +162,19 @@ async def _until_true(predicate: Callable[[], Any], timeout: float = 15.0) -> No
     async with asyncio.timeout(timeout):
         while not await predicate():
             await asyncio.sleep(0.05)
+
+
+async def test_shutdown_is_not_held_by_a_stream_whose_reader_stopped_reading(
+    make_master: Any,
+) -> None:
+    """A master stops even while a stream is stuck behind a reader that stopped reading."""
+    master = await make_master()
+    client = await Peer.open(master.ws_url, "s-stop", token=API_KEY, create=True)
+    sock = await _stuck_reader(master, "s-stop", API_KEY)
+    await _flood(master, client, "s-stop")
+    async with asyncio.timeout(20):  # the runner would otherwise wait 60 s for the stream
+        await master.stop()
+    sock.close()
 
 
 @pytest.fixture
