@@ -21,6 +21,8 @@ from typing import Annotated, Any, Final, Literal, TypeAlias
 
 from msgspec import Meta, Raw, Struct, field
 
+from .names import FRAME_TYPE_MAX_BYTES, FRAME_TYPE_PATTERN, SESSION_ID_MAX, SESSION_ID_PATTERN
+
 __all__ = [
     "PROTOCOL_VERSION",
     "SUBPROTOCOL",
@@ -118,6 +120,24 @@ _ISO8601 = (
 
 NonEmpty = Annotated[str, Meta(min_length=1, max_length=256)]
 Id = Annotated[str, Meta(min_length=1, max_length=256, description="An opaque identifier.")]
+# Names are grammar (notes §16.7, protocol/names.py).
+SessionId = Annotated[
+    str,
+    Meta(
+        min_length=1,
+        max_length=SESSION_ID_MAX,
+        pattern=SESSION_ID_PATTERN,
+        description="A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+    ),
+]
+FrameType = Annotated[
+    str,
+    Meta(
+        max_length=FRAME_TYPE_MAX_BYTES,
+        pattern=FRAME_TYPE_PATTERN,
+        description="Dot-separated lowercase words, at most 64 bytes (notes §16.7).",
+    ),
+]
 Uuid4 = Annotated[str, Meta(pattern=_UUID4, description="A UUID version 4.")]
 Count = Annotated[int, Meta(ge=0)]
 Seq = Annotated[int, Meta(ge=0, description="A position in the session log (dense, from 1).")]
@@ -158,7 +178,7 @@ class Frame(Struct, gc=False, tag_field="type", kw_only=True, omit_defaults=True
     """The envelope shared by every frame (notes §3)."""
 
     message_id: Id
-    session_id: Id
+    session_id: SessionId
     timestamp: Timestamp
     seq: Seq | None = None
     sender: Sender | None = None
@@ -178,9 +198,9 @@ class Frame(Struct, gc=False, tag_field="type", kw_only=True, omit_defaults=True
 class GenericFrame(Struct, gc=False, kw_only=True):
     """Any envelope, payload kept raw: used for unknown (``ignorable``) types."""
 
-    type: NonEmpty
+    type: FrameType
     message_id: Id
-    session_id: Id
+    session_id: SessionId
     timestamp: Timestamp
     payload: Raw = field(default_factory=lambda: Raw(b"{}"))
     seq: Seq | None = None
@@ -222,7 +242,7 @@ class CreateSpec(_Payload):
 
     name: str | None = None
     agent_id: str | None = None
-    parent_session_id: str | None = None
+    parent_session_id: SessionId | None = None
 
 
 class HelloPayload(_Payload):

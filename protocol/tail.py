@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from . import codec
+from . import codec, names
 from .errors import HandshakeError, RawpError
 from .frames import (
     AgentState,
@@ -81,7 +81,8 @@ class TailPrinter:
         if self._streaming is not None:
             self._write("\n")
             self._streaming = None
-        self._write(text + "\n")
+        # Received text never drives the terminal (ESC) or forges a line (notes §16.7).
+        self._write(names.one_line(text) + "\n")
 
     def _stream(self, block_id: str, prefix: str, delta: str) -> None:
         if self._streaming != block_id:
@@ -89,7 +90,7 @@ class TailPrinter:
                 self._write("\n")
             self._write(prefix)
             self._streaming = block_id
-        self._write(delta)
+        self._write(names.text_body(delta))
 
     def _end_stream(self, block_id: str) -> None:
         if self._streaming == block_id:
@@ -181,7 +182,10 @@ class TailPrinter:
         elif isinstance(frame, SessionError):
             p_e = frame.payload
             fatal = " (fatal)" if p_e.fatal else ""
-            self._line(f"! {p_e.error_code}{fatal}: {p_e.message}")
+            # A participant's session.error is its report, not the session's notice (§16.8).
+            role = frame.sender.role if frame.sender is not None else "master"
+            who = "" if role == "master" else f" (reported by the {role})"
+            self._line(f"! {p_e.error_code}{fatal}{who}: {p_e.message}")
         else:
             self._line(f"· {frame.type}")
 

@@ -213,6 +213,22 @@ class NoticeBlock(_Block, tag="notice"):
     error_code: str | None = None
     truncated: bool = False
     lost_frame_count: int | None = None
+    reported_by: SenderRole = "master"
+    """Who sent the frame. Only the master's notices (``history_truncated``) are the
+    session's own facts; a participant's ``session.error`` is that participant's report
+    (notes §16.8)."""
+
+    @property
+    def data_incomplete(self) -> bool:
+        """Does this notice say the session's data is incomplete (§7.1.1)?
+
+        A master's ``history_truncated``, or a client's truncated history (the client is
+        the one who knows what its own buffer lost) — never a ``history_truncated`` that a
+        participant wrote itself (§16.8).
+        """
+        if self.notice == "history":
+            return self.truncated
+        return self.error_code == "history_truncated" and self.reported_by == "master"
 
 
 Block: TypeAlias = (
@@ -370,7 +386,7 @@ class _Renderer:
             )
             self.totals.compactions += 1
         else:
-            self._notice(frame, base)
+            self._notice(frame, base, role)
 
     def _block(
         self,
@@ -439,7 +455,7 @@ class _Renderer:
         if block.context_utilization is not None:
             t.context_utilization = block.context_utilization
 
-    def _notice(self, frame: Frame, base: dict[str, Any]) -> None:
+    def _notice(self, frame: Frame, base: dict[str, Any], role: SenderRole) -> None:
         notice: NoticeBlock | None = None
         if isinstance(frame, Renamed):
             p_r = frame.payload
@@ -460,6 +476,7 @@ class _Renderer:
                 text=p_e.message,
                 error_code=p_e.error_code,
                 lost_frame_count=p_e.lost_frame_count,
+                reported_by=role,
                 **base,
             )
         elif isinstance(frame, History):

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from protocol import codec
+from protocol import acts, codec
 from protocol.errors import BadCredential, Forbidden
 
 from .store.base import Credential, SessionHeader, Store
@@ -107,8 +107,8 @@ class Principal:
         return self.kind == "key" or role == "edge" or "client" in self.grants
 
     def may_delete(self) -> bool:
-        """May this principal delete sessions it can see?"""
-        return self.kind == "key" or "delete" in self.grants
+        """May this principal delete sessions it can see? (The act table's cell, §16.6.)"""
+        return acts.allowed("request_deletion", "edge", self)
 
     def may_create(self) -> bool:
         """May this principal create sessions?"""
@@ -119,8 +119,8 @@ class Principal:
         return self.kind == "key"
 
     def may_issue_tokens(self) -> bool:
-        """May this principal issue session tokens? (API keys only.)"""
-        return self.kind == "key"
+        """May this principal issue session tokens? (API keys only: the act table's cell.)"""
+        return acts.allowed("issue_tokens", "edge", self)
 
     def may_revoke(self, record: Credential) -> bool:
         """A key revokes any token of its workspace; a token revokes itself (sign out)."""
@@ -191,6 +191,10 @@ class Authenticator:
         """The principal for ``secret``; raises BadCredential (unknown, expired, revoked)."""
         if not secret:
             raise BadCredential("a credential is required (API key or session token)")
+        if not secret.isascii() or not secret.isprintable():
+            # Every secret we issue is URL-safe ASCII; anything else (a header that is not
+            # UTF-8, a lone surrogate from JSON) is simply unknown, never an error of ours.
+            raise BadCredential("unknown credential")
         wanted = digest(secret)
         record = await self._store.get_credential(wanted)
         if record is None or not hmac.compare_digest(record.digest, wanted):

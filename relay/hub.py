@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from protocol import codec
+from protocol import codec, names
 from protocol.errors import (
     Forbidden,
     NoSuchSession,
@@ -221,6 +221,7 @@ class Hub:
         """Create a session (idempotent on session_id)."""
         if not principal.may_create():
             raise Forbidden("creating sessions needs an API key")
+        names.check_session_id(header.session_id)  # every store, every way in (§16.7)
         stored, created = await self.store.create_session(header)
         if not created:
             principal.require_session(stored)
@@ -232,8 +233,10 @@ class Hub:
         """Attach a connection whose hello was authenticated (notes §5)."""
         session_id = hello.session_id
         role = hello.payload.role
+        absent = NoSuchSession(f"no session {session_id} (send create to make it)")
         if principal.kind == "token" and principal.session_id != session_id:
-            raise Forbidden("this session token is for another session")
+            # [trust] for a session token every other session is absent (issue 12: no oracle)
+            raise absent
         if not principal.may_attach(role):
             raise Forbidden(f"this credential may not attach as {role}")
         while True:
@@ -243,7 +246,7 @@ class Hub:
                 if create is None or role != "client":
                     if await self.store.is_deleted(session_id):
                         raise SessionGone(f"session {session_id} was deleted")
-                    raise NoSuchSession(f"no session {session_id} (send create to make it)")
+                    raise absent
                 fresh = new_session_header(
                     session_id,
                     principal.workspace,
@@ -253,7 +256,11 @@ class Hub:
                 )
                 header, _ = await self.create(fresh, principal)
             if not principal.can_see(header):
-                raise Forbidden("this credential is not valid for that session")
+                if hello.payload.create is not None and role == "client":
+                    # Session ids are one namespace: creating one that is taken says so.
+                    raise Forbidden(f"session id {session_id} is taken")
+                # [trust] another workspace's session looks exactly like an absent one
+                raise absent
             if header.archived:
                 raise SessionGone(f"session {session_id} has ended ({header.reason})")
             session = await self.open(session_id)

@@ -1,7 +1,9 @@
 """structlog set-up: JSON lines in production, colourless console lines in development.
 
-Per-connection context (connection id, session, role, participant) is bound with
-``structlog.contextvars`` by the WebSocket endpoint. Secrets are never passed to a logger.
+Every logged string has its control characters escaped (:func:`escape_controls`), so no
+received CR/LF forges a log line. Per-connection context (connection id, session, role,
+participant) is bound with ``structlog.contextvars`` by the WebSocket endpoint. Secrets are
+never passed to a logger.
 """
 
 from __future__ import annotations
@@ -11,7 +13,36 @@ import sys
 
 import structlog
 
-__all__ = ["configure_logging"]
+from protocol import names
+
+__all__ = ["configure_logging", "escape_controls"]
+
+# The traceback is the master's own text, laid out on lines on purpose.
+_MULTILINE_KEYS = frozenset({"exception"})
+
+
+def escape_controls(
+    logger: object, method_name: str, event_dict: structlog.typing.EventDict
+) -> structlog.typing.EventDict:
+    """Write every control character of a logged string as an escape (notes §16.7).
+
+    Values can be received text (a frame type, a reason, a participant id): a CR/LF or an
+    ESC in them must not start a forged log line or drive the operator's terminal.
+    """
+    for key, value in event_dict.items():
+        if key not in _MULTILINE_KEYS:
+            event_dict[key] = _escaped(value)
+    return event_dict
+
+
+def _escaped(value: object) -> object:
+    if isinstance(value, str):
+        return names.one_line(value)
+    if isinstance(value, list | tuple):
+        return [_escaped(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _escaped(v) for k, v in value.items()}
+    return value
 
 
 def configure_logging(fmt: str = "console", level: str = "info") -> None:
@@ -28,6 +59,7 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            escape_controls,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),

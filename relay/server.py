@@ -22,6 +22,7 @@ from websockets.asyncio.server import Server, serve
 
 from .config import Settings
 from .http import create_app
+from .http.hardening import HardenedRunner
 from .hub import Hub
 from .store import open_store
 from .store.base import Store
@@ -75,7 +76,13 @@ class Master:
         await self.hub.start()
         tls = self._tls()
         app = create_app(self.hub, ws_url=lambda: self.ws_url)  # [http-api] dashboard's ws URL
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # [trust] header deadline, problem+json for aiohttp's own errors (relay/http/hardening)
+        runner = HardenedRunner(
+            app,
+            header_timeout_s=self.settings.hello_timeout_s,
+            access_log=None,
+            handle_signals=False,
+        )
         await runner.setup()
         site = web.TCPSite(runner, self.settings.host, self.settings.http_port, ssl_context=tls)
         await site.start()

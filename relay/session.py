@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import msgspec
 import structlog
 
-from protocol import codec
+from protocol import acts, codec
 from protocol.buffers import BoundedBuffer
 from protocol.errors import (
     ClientAttached,
@@ -351,9 +351,15 @@ class Session:
                 pending = []
                 await self._accept_history(participant, frame)
                 continue
-            # [http-api] a session token deletes only with the ``delete`` grant (notes §11).
-            if isinstance(frame, Deleted) and not participant.principal.may_delete():
-                participant.send_error(NotAllowed("this credential may not delete the session"))
+            # [trust] the act table: may this credential do what the frame does (§16.6)?
+            act = acts.act_of(
+                frame.type, fatal=isinstance(frame, SessionError) and frame.payload.fatal
+            )
+            try:
+                if act is not None:
+                    acts.require(act, participant.role, participant.principal)
+            except NotAllowed as exc:
+                participant.send_error(exc)  # non-fatal, not logged, nothing ends
                 continue
             try:
                 # A delete request is checked, not folded: it is not logged, and folding it
@@ -590,6 +596,19 @@ class Session:
                 self.id, inner.message_id
             ):
                 continue  # already logged live: logged once (notes §7)
+            # [trust] a history's frames are acts like live ones: what the credential may
+            # not do is neither logged nor relayed (every view would fold it, §16.6).
+            act = acts.act_of(
+                inner.type, fatal=isinstance(inner, SessionError) and inner.payload.fatal
+            )
+            try:
+                if act is not None:
+                    acts.require(act, participant.role, participant.principal)
+            except NotAllowed as exc:
+                participant.send_error(
+                    NotAllowed(f"history frame {inner.message_id} refused: {exc.message}")
+                )
+                continue
             frames.append(inner)
             raw_of[id(inner)] = bytes(raw)
         try:
@@ -663,10 +682,16 @@ class Session:
             if isinstance(inner, Renamed):
                 self.header.name = inner.payload.name
                 await self.hub.store.rename_session(self.id, inner.payload.name)
-            elif isinstance(inner, Deleted) and participant.principal.may_delete():
+            elif isinstance(inner, Deleted) and acts.allowed(
+                "request_deletion", participant.role, participant.principal
+            ):
                 await self._terminate("user_request", participant.role)
                 return
-            elif isinstance(inner, SessionError) and inner.payload.fatal:
+            elif (
+                isinstance(inner, SessionError)
+                and inner.payload.fatal
+                and acts.allowed("end_with_fatal_error", participant.role, participant.principal)
+            ):
                 await self._terminate("error", participant.role)
                 return
 

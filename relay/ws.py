@@ -22,7 +22,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 from websockets.typing import Subprotocol
 
-from protocol import codec
+from protocol import codec, names
 from protocol.errors import (
     HandshakeError,
     HelloTimeout,
@@ -38,12 +38,13 @@ from protocol.frames import SUBPROTOCOL, Ack, Hello
 from .hub import Hub
 from .session import Participant, Session
 
-__all__ = ["WS_PATH", "RateLimiter", "WebSocketEndpoint"]
+__all__ = ["WS_PATH", "RateLimiter", "WebSocketEndpoint", "close_reason"]
 
 log = structlog.get_logger("rawp.ws")
 
 WS_PATH: Final = "/v1/ws"
 _POLICY: Final = 1008
+_MAX_CLOSE_REASON_BYTES: Final = 123
 _FLUSH_BEFORE_CLOSE_S: Final = 1.0
 _connection_ids = itertools.count(1)
 
@@ -84,9 +85,13 @@ class WebSocketEndpoint:
         """Refuse wrong paths, foreign browser origins and foreign subprotocols (notes §2)."""
         if request.path.split("?", 1)[0] != WS_PATH:
             return connection.respond(HTTPStatus.NOT_FOUND, f"RAWP is served at {WS_PATH}\n")
-        origin = request.headers.get("Origin")
-        if origin is not None and origin not in self.allowed_origins:
-            return connection.respond(HTTPStatus.FORBIDDEN, f"origin {origin} is not allowed\n")
+        origins = request.headers.get_all("Origin")
+        if len(origins) > 1:
+            # A browser sends one; two are a forgery whichever one we would read.
+            return connection.respond(HTTPStatus.FORBIDDEN, "more than one Origin header\n")
+        if origins and origins[0] not in self.allowed_origins:
+            shown = names.one_line(origins[0][:200])
+            return connection.respond(HTTPStatus.FORBIDDEN, f"origin {shown} is not allowed\n")
         offered = _offered_subprotocols(request.headers)
         if offered and SUBPROTOCOL not in offered:
             return connection.respond(
@@ -110,7 +115,7 @@ class WebSocketEndpoint:
         except HandshakeError as exc:
             hub.metrics.closes.labels(str(exc.close_code)).inc()
             log.info("handshake_refused", code=exc.close_code, reason=exc.message)
-            await connection.close(exc.close_code, exc.message[:120])
+            await connection.close(exc.close_code, close_reason(exc.message))
             return
         except ConnectionClosed:
             return
@@ -188,6 +193,16 @@ class WebSocketEndpoint:
                 participant.ack(frame.payload.last_seq)
                 continue
             await session.submit(participant, frame, raw)  # counted in frames_in per batch
+
+
+def close_reason(text: str) -> str:
+    """``text`` as a close reason: one line, at most 123 bytes of UTF-8 (RFC 6455 §5.5).
+
+    Refusals echo received text (a protocol version, a session id): cut by characters, a
+    non-ASCII one would overflow the control frame and fail the close itself.
+    """
+    data = names.one_line(text).encode()[:_MAX_CLOSE_REASON_BYTES]
+    return data.decode(errors="ignore")  # a character cut in half is dropped
 
 
 def _forget_upgrade_headers(connection: ServerConnection) -> None:

@@ -17,7 +17,7 @@ from ..runner import Context
 
 __all__: list[str] = []
 
-_PROBE = "x-conformance.probe"
+_PROBE = "x_conformance.probe"  # a frame type is [a-z0-9_] words (notes §16.7)
 
 
 @case(

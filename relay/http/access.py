@@ -10,7 +10,8 @@ from typing import overload
 
 from aiohttp import web
 
-from protocol.errors import StoreError
+from protocol import acts, names
+from protocol.errors import NotAllowed, StoreError
 
 from ..auth import Principal
 from ..hub import Hub
@@ -23,7 +24,9 @@ __all__ = [
     "hub_of",
     "int_query",
     "loaded_session",
+    "path_session_id",
     "principal_of",
+    "require_act",
     "visible_header",
 ]
 
@@ -40,7 +43,7 @@ async def principal_of(request: web.Request) -> Principal:
 
 async def visible_header(request: web.Request, principal: Principal) -> SessionHeader:
     """The header of ``{session_id}`` when this principal may read it; else 404."""
-    session_id = request.match_info["session_id"]
+    session_id = path_session_id(request)
     try:
         header = await hub_of(request).store.get_session(session_id)
     except StoreError as exc:
@@ -48,6 +51,25 @@ async def visible_header(request: web.Request, principal: Principal) -> SessionH
     if header is None or not principal.can_see(header):
         raise ApiError(404, f"no session {session_id}", code="not_found")
     return header
+
+
+def path_session_id(request: web.Request) -> str:
+    """The ``{session_id}`` of the path; 400 ``invalid_session_id`` unless it is one (§16.7)."""
+    session_id = request.match_info["session_id"]
+    if not names.is_session_id(session_id):
+        raise ApiError(400, names.not_a_session_id(session_id), code="invalid_session_id")
+    return session_id
+
+
+def require_act(principal: Principal, act: acts.Act) -> None:
+    """403 ``not_allowed`` unless the act table lets this credential do ``act`` (§16.6).
+
+    An HTTP caller acts as an edge would (notes §10), so its cells are the edge's.
+    """
+    try:
+        acts.require(act, "edge", principal)
+    except NotAllowed as exc:
+        raise ApiError(403, exc.message, code="not_allowed") from None
 
 
 async def loaded_session(request: web.Request, header: SessionHeader) -> Session:

@@ -7,10 +7,12 @@ from collections.abc import Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from protocol.errors import StoreUnavailableError
+from protocol import acts, names
+from protocol.errors import NotAllowed, StoreUnavailableError
 
 from ..auth import Principal
 from ..hub import Hub, SessionAttached
+from .hardening import hide_server_version
 from .problems import problem, problem_middleware
 
 __all__ = ["HUB", "authenticate", "create_app"]
@@ -58,13 +60,17 @@ async def delete_session(request: web.Request) -> web.Response:
     hub = request.app[HUB]
     principal = await authenticate(request)
     session_id = request.match_info["session_id"]
+    if not names.is_session_id(session_id):
+        return problem(400, names.not_a_session_id(session_id), code="invalid_session_id")
     header = await hub.store.get_session(session_id)
     if header is None or not principal.can_see(header):
         if request.query.get("if_absent") == "ok":
             return web.json_response({"session_id": session_id, "deleted": False})
         return problem(404, f"no session {session_id}", code="not_found")
-    if not principal.may_delete():
-        return problem(403, "this credential may not delete the session", code="not_allowed")
+    try:
+        acts.require("request_deletion", "edge", principal)  # the act table (§16.6)
+    except NotAllowed as exc:
+        return problem(403, exc.message, code="not_allowed")
     try:
         if request.query.get("if_idle") == "true":
             # Checked under the session lock, together with the delete (seed 001).
@@ -83,6 +89,7 @@ async def delete_session(request: web.Request) -> web.Response:
 def create_app(hub: Hub, *, ws_url: Callable[[], str] | None = None) -> web.Application:
     """The HTTP application of one master (``ws_url``: where the dashboard's socket goes)."""
     app = web.Application(middlewares=[problem_middleware])
+    app.on_response_prepare.append(hide_server_version)
     app[HUB] = hub
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from .access import hub_of, principal_of, visible_header
+from .access import hub_of, principal_of, require_act, visible_header
 from .middleware import HTTP_METRICS, ApiError
 from .models import TokenBody, WhoAmI, decode_body, json_response, ms_to_time
 from .sessions import issue_token
@@ -31,8 +31,7 @@ async def create_token(request: web.Request) -> web.Response:
     """``POST /v1/sessions/{session_id}/tokens``."""
     principal = await principal_of(request)
     header = await visible_header(request, principal)
-    if not principal.may_issue_tokens():
-        raise ApiError(403, "issuing session tokens needs an API key", code="not_allowed")
+    require_act(principal, "issue_tokens")
     spec = await decode_body(request, TokenBody, optional=True)
     token = await issue_token(request, principal, header.session_id, spec)
     return json_response(token, status=201)

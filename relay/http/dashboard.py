@@ -15,6 +15,7 @@ from typing import Final
 from aiohttp import web
 from yarl import URL
 
+from protocol import names
 from protocol.frames import PROTOCOL_VERSION, SUBPROTOCOL
 
 from .middleware import ApiError
@@ -25,30 +26,58 @@ __all__ = ["STATIC_DIR", "WS_URL", "add_dashboard_routes", "config", "index", "s
 STATIC_DIR: Final = Path(__file__).parent / "static"
 WS_URL: web.AppKey[Callable[[], str]] = web.AppKey("ws_url", Callable[[], str])  # type: ignore[arg-type]
 _STATIC_NAME: Final = re.compile(r"[a-z0-9][a-z0-9_-]*\.(?:js|css|svg|png|ico)")
+_STATIC_FILES: Final = frozenset(
+    p.name for p in STATIC_DIR.iterdir() if p.is_file() and _STATIC_NAME.fullmatch(p.name)
+)
+_HOST: Final = re.compile(r"[A-Za-z0-9.-]{1,253}|[0-9A-Fa-f:.]{2,45}")
 _WILDCARDS: Final = frozenset({"0.0.0.0", "::", "[::]", ""})
-_HEADERS: Final = {
-    "Cache-Control": "no-cache",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "Content-Security-Policy": (
-        "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; "
-        "style-src 'self'; script-src 'self'; frame-ancestors 'none'"
-    ),
-}
+_CSP: Final = (
+    "default-src 'self'; connect-src 'self'{ws}; img-src 'self' data:; "
+    "style-src 'self'; script-src 'self'; frame-ancestors 'none'"
+)
 
 
-async def index(request: web.Request) -> web.FileResponse:
-    """``GET /``: the dashboard page."""
-    return web.FileResponse(STATIC_DIR / "index.html", headers=_HEADERS)
-
-
-async def config(request: web.Request) -> web.Response:
-    """``GET /config.json``: where the page's WebSocket connects."""
+def _page_ws_url(request: web.Request) -> URL | None:
+    """The WebSocket URL this page connects to (the master's own listener)."""
     provider = request.app.get(WS_URL)
     ws_url = URL(provider()) if provider is not None else None
     if ws_url is not None and ws_url.host in _WILDCARDS:
         # Bound to every interface: the browser reaches it by the name it used for us.
-        ws_url = ws_url.with_host(request.url.host or "127.0.0.1")
+        ws_url = ws_url.with_host(_browser_host(request))
+    return ws_url
+
+
+def _browser_host(request: web.Request) -> str:
+    """The host name the browser used for us (``Host``), when it is a plain host name."""
+    try:
+        host = request.url.host or ""
+    except ValueError:  # a Host header yarl cannot parse
+        host = ""
+    # The name goes into a header (CSP) and a URL: nothing but host-name characters.
+    return host if _HOST.fullmatch(host) else "127.0.0.1"
+
+
+def _headers(request: web.Request) -> dict[str, str]:
+    """The page's headers. CSP ``connect-src``: the page's own origin and this master's own
+    WebSocket listener (another port of the same host), nothing else (issue 12)."""
+    ws_url = _page_ws_url(request)
+    ws = f" {ws_url.origin()}" if ws_url is not None and ws_url.host else ""
+    return {
+        "Cache-Control": "no-cache",
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "Content-Security-Policy": _CSP.format(ws=ws),
+    }
+
+
+async def index(request: web.Request) -> web.FileResponse:
+    """``GET /``: the dashboard page."""
+    return web.FileResponse(STATIC_DIR / "index.html", headers=_headers(request))
+
+
+async def config(request: web.Request) -> web.Response:
+    """``GET /config.json``: where the page's WebSocket connects."""
+    ws_url = _page_ws_url(request)
     return json_response(
         {
             "ws_url": str(ws_url) if ws_url is not None else None,
@@ -69,9 +98,12 @@ def add_dashboard_routes(app: web.Application, ws_url: Callable[[], str] | None)
 
 
 async def static(request: web.Request) -> web.FileResponse:
-    """``GET /static/{name}``: one file of the dashboard (flat directory, no traversal)."""
+    """``GET /static/{name}``: one file of the dashboard (flat directory, no traversal).
+
+    Only names listed at start are served: the received name never reaches the file system
+    (a 5,000-character name would be ENAMETOOLONG there).
+    """
     name = request.match_info["name"]
-    path = STATIC_DIR / name
-    if not _STATIC_NAME.fullmatch(name) or not path.is_file():
-        raise ApiError(404, f"no static file {name}", code="not_found")
-    return web.FileResponse(path, headers=_HEADERS)
+    if name not in _STATIC_FILES:
+        raise ApiError(404, f"no static file {names.one_line(name[:80])}", code="not_found")
+    return web.FileResponse(STATIC_DIR / name, headers=_headers(request))

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from protocol import codec
+from protocol import acts, codec
 from protocol.errors import (
     InvalidFrame,
     NotAllowed,
@@ -34,7 +34,14 @@ from protocol.frames import Frame, GenericFrame
 from ..auth import Principal
 from ..session import Participant, Session
 from ..store.base import ParticipantRecord
-from .access import hub_of, int_query, loaded_session, principal_of, visible_header
+from .access import (
+    hub_of,
+    int_query,
+    loaded_session,
+    principal_of,
+    require_act,
+    visible_header,
+)
 from .middleware import ApiError
 from .models import AppendBody, CancelBody, decode_body, json_response
 
@@ -152,6 +159,9 @@ async def append_event(request: web.Request) -> web.Response:
             f"{', '.join(sorted(APPENDABLE))} (rename with PATCH, delete with DELETE)",
             code="unsupported_type",
         )
+    act = acts.act_of(body.type)
+    if act is not None:
+        require_act(principal, act)
     session = await loaded_session(request, header)
     if session.header.archived:
         raise ApiError(409, f"session {session.id} has ended: it is read-only", code="archived")
@@ -164,6 +174,7 @@ async def cancel_turn(request: web.Request) -> web.Response:
     principal = await principal_of(request)
     header = await visible_header(request, principal)
     body = await decode_body(request, CancelBody, optional=True)
+    require_act(principal, "cancel_turn")
     session = await loaded_session(request, header)
     turn_id = body.turn_id or session.state.turn_id
     if turn_id is None:

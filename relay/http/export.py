@@ -13,10 +13,10 @@ from aiohttp import web
 
 from protocol import codec
 
-from .access import hub_of, loaded_session, principal_of, visible_header
+from .access import hub_of, loaded_session, principal_of, require_act, visible_header
 from .middleware import ApiError
 from .sessions import describe
-from .transcript import render_markdown, view_of
+from .transcript import inline_text, render_markdown, view_of
 
 __all__ = ["export_session"]
 
@@ -26,6 +26,7 @@ async def export_session(request: web.Request) -> web.Response:
     hub = hub_of(request)
     principal = await principal_of(request)
     header = await visible_header(request, principal)
+    require_act(principal, "export")
     fmt = request.query.get("format", "json")
     if fmt not in ("json", "md"):
         raise ApiError(400, f"format must be json or md, got {fmt!r}", code="invalid_query")
@@ -47,7 +48,7 @@ async def export_session(request: web.Request) -> web.Response:
         (
             "Usage",
             f"{usage.input_tokens} input / {usage.output_tokens} output tokens, "
-            f"{usage.cost_used} {usage.cost_unit} — {usage.turns_completed} turns",
+            f"{usage.cost_used} {inline_text(usage.cost_unit)} — {usage.turns_completed} turns",
         ),
     ]
     if info.parent_session_id:

@@ -7,14 +7,16 @@ Times are RFC 3339 UTC strings, like the ones frames carry.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from typing import Annotated, Any, Final, Literal, TypeVar
 
 import msgspec
 from aiohttp import web
 
-from protocol import codec
+from protocol import codec, frames
 
+from .app import HUB
 from .middleware import ApiError
 
 __all__ = [
@@ -34,7 +36,7 @@ __all__ = [
     "ms_to_time",
 ]
 
-SessionId = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$")]
+SessionId = frames.SessionId  # the grammar of every store and transport (notes §16.7)
 Name = Annotated[str, msgspec.Meta(max_length=200)]
 Ttl = Annotated[float, msgspec.Meta(gt=0)]
 
@@ -164,7 +166,12 @@ async def decode_body(request: web.Request, kind: type[_T], *, optional: bool = 
 
     With ``optional``, an empty body decodes as ``kind()``.
     """
-    data = await request.read()
+    try:
+        # A body that trickles in is cut like unfinished headers (relay/http/hardening.py).
+        async with asyncio.timeout(_body_timeout(request)):
+            data = await request.read()
+    except TimeoutError:
+        raise ApiError(408, "the request body did not arrive in time", code="timeout") from None
     if optional and not data.strip():
         return kind()
     decoder = _decoders.get(kind)
@@ -177,7 +184,13 @@ async def decode_body(request: web.Request, kind: type[_T], *, optional: bool = 
         raise ApiError(400, detail, code="invalid_body") from None
     except msgspec.DecodeError as exc:
         raise ApiError(400, f"the body is not JSON: {exc}", code="invalid_body") from None
+    except RecursionError:
+        raise ApiError(400, "the body's JSON is nested too deeply", code="invalid_body") from None
     return value
+
+
+def _body_timeout(request: web.Request) -> float:
+    return request.app[HUB].settings.hello_timeout_s
 
 
 def json_response(

@@ -5,10 +5,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
+from ..revocation import CredentialWatch
 from .agui import add_agui_routes
 from .app import HUB
 from .auth_routes import create_token, revoke_token, whoami
@@ -17,9 +18,18 @@ from .events import append_event, cancel_turn, list_events
 from .export import export_session
 from .middleware import HTTP_METRICS, HttpMetrics, api_middleware
 from .sessions import create_session, fork_session, get_session, list_sessions, rename_session
-from .sse import STREAMS, end_streams, stream_events
+from .sse import STREAMS, EventStream, end_streams, stream_events
 
 __all__ = ["add_routes"]
+
+
+async def _watch_credentials(app: web.Application) -> AsyncIterator[None]:
+    """End this node's WebSockets and SSE streams whose credential stopped being valid."""
+    streams: set[EventStream] = app[STREAMS]
+    watch = CredentialWatch(app[HUB], lambda: list(streams))
+    watch.start()
+    yield
+    await watch.stop()
 
 
 def add_routes(app: web.Application, *, ws_url: Callable[[], str] | None = None) -> None:
@@ -28,6 +38,7 @@ def add_routes(app: web.Application, *, ws_url: Callable[[], str] | None = None)
     app[STREAMS] = set()
     app.middlewares.insert(0, api_middleware)
     app.on_shutdown.append(end_streams)
+    app.cleanup_ctx.append(_watch_credentials)  # [trust] §16.9 on every node
     r = app.router
     r.add_post("/v1/sessions", create_session)
     r.add_get("/v1/sessions", list_sessions)

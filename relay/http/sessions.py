@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from protocol import codec
+from protocol import codec, names
 from protocol.errors import ProtocolError, StoreError
 from protocol.finalize import finalize
 from protocol.frames import Renamed, RenamedPayload
@@ -31,7 +31,14 @@ from ..auth import DEFAULT_TOKEN_TTL_S, GRANTS, MAX_TOKEN_TTL_S, Principal
 from ..hub import Hub, new_session_header
 from ..session import Session
 from ..store.base import SessionHeader
-from .access import hub_of, int_query, loaded_session, principal_of, visible_header
+from .access import (
+    hub_of,
+    int_query,
+    loaded_session,
+    principal_of,
+    require_act,
+    visible_header,
+)
 from .middleware import HTTP_METRICS, ApiError
 from .models import (
     CreateBody,
@@ -193,6 +200,8 @@ async def list_sessions(request: web.Request) -> web.Response:
         raise ApiError(403, "listing sessions needs an API key", code="not_allowed")
     limit = int_query(request, "limit", 50, minimum=1, maximum=200)
     after = request.query.get("after") or None
+    if after is not None and not names.is_session_id(after):
+        raise ApiError(400, "after: " + names.not_a_session_id(after), code="invalid_query")
     headers = await hub.store.list_sessions(principal.workspace, after=after, limit=limit + 1)
     more = len(headers) > limit
     headers = headers[:limit]
@@ -222,6 +231,7 @@ async def rename_session(request: web.Request) -> web.Response:
     principal = await principal_of(request)
     header = await visible_header(request, principal)
     body = await decode_body(request, RenameBody)
+    require_act(principal, "rename")
     session = await loaded_session(request, header)
     if session.header.archived:
         raise ApiError(409, f"session {session.id} has ended: it is read-only", code="archived")
@@ -256,8 +266,7 @@ async def fork_session(request: web.Request) -> web.Response:
     principal = await principal_of(request)
     source = await visible_header(request, principal)
     body = await decode_body(request, ForkBody, optional=True)
-    if not principal.may_create():
-        raise ApiError(403, "forking creates a session: it needs an API key", code="not_allowed")
+    require_act(principal, "fork")
     await loaded_session(request, source)
     head = await hub.store.head_seq(source.session_id)
     if source.archived and head > 0:

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections import deque
 from typing import Final
 
 from aiohttp import web
 from prometheus_client import Counter
 
-from protocol import codec
+from protocol import codec, names
 
 from ..auth import Principal
 from ..session import Session
@@ -42,6 +43,8 @@ __all__ = ["STREAMS", "EventStream", "end_streams", "end_streams_of", "stream_ev
 _PAGE: Final = 500
 _QUEUE_LIMIT: Final = 4096
 _RETRY_MS: Final = 2000
+_SHUTDOWN_GRACE_S: Final = 1.0
+_SEQ_TEXT: Final = re.compile(r"[0-9]{1,18}")
 
 
 class _Tail:
@@ -65,7 +68,11 @@ class EventStream:
     """One open SSE response."""
 
     def __init__(
-        self, response: web.StreamResponse, principal: Principal, written: Counter
+        self,
+        response: web.StreamResponse,
+        principal: Principal,
+        written: Counter,
+        transport: asyncio.BaseTransport | None = None,
     ) -> None:
         self.response = response
         self.principal = principal
@@ -73,9 +80,17 @@ class EventStream:
         self.last = 0
         self.done = False
         self.stop = asyncio.Event()
+        self._transport = transport
 
     def end(self) -> None:
-        """Ask the stream to finish (shutdown, revocation)."""
+        """Ask the stream to finish (shutdown, revocation); asked again, cut its connection.
+
+        A stream ends at its next event once asked; one still open when asked again (the
+        credential watch asks every round, relay/revocation.py) is stuck writing to a reader
+        that stopped reading, so its connection is closed under it (§16.9).
+        """
+        if self.stop.is_set() and isinstance(self._transport, asyncio.WriteTransport):
+            self._transport.abort()  # close() would wait to flush what the reader never takes
         self.stop.set()
 
 
@@ -91,10 +106,20 @@ def end_streams_of(app: web.Application, credential_id: str) -> None:
 
 
 async def end_streams(app: web.Application) -> None:
-    """``on_shutdown``: end every stream so the server can close."""
+    """``on_shutdown``: end every stream so the server can close.
+
+    Streams end at their next event; any still open after :data:`_SHUTDOWN_GRACE_S` are
+    stuck behind readers that stopped reading and are cut, so shutdown does not wait on them.
+    """
     streams: set[EventStream] = app[STREAMS]
     for stream in list(streams):
         stream.end()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _SHUTDOWN_GRACE_S
+    while streams and loop.time() < deadline:
+        await asyncio.sleep(0.02)
+    for stream in list(streams):
+        stream.end()  # asked twice: its connection is cut
 
 
 def _event(entry: LogEntry) -> bytes:
@@ -102,16 +127,19 @@ def _event(entry: LogEntry) -> bytes:
     if b"\n" in data or b"\r" in data:
         # A sender's pretty-printed JSON: one line per event (same object, compact).
         data = codec.encode_json(codec.decode_object(data))
-    return b"id: %d\nevent: %s\ndata: %s\n\n" % (entry.seq, entry.type.encode(), data)
+    # Logged types follow the grammar (§16.7); an entry of an older build might not, and an
+    # SSE field must never carry a received CR/LF (a forged "id:" or "event:" line).
+    kind = entry.type if names.is_frame_type(entry.type) else names.one_line(entry.type)
+    return b"id: %d\nevent: %s\ndata: %s\n\n" % (entry.seq, kind.encode(), data)
 
 
 async def _start_cursor(request: web.Request, session: Session) -> int:
     last_event_id = request.headers.get("Last-Event-ID", "").strip()
     if last_event_id:
-        if not last_event_id.isdigit():
-            raise ApiError(
-                400, f"Last-Event-ID must be a seq, got {last_event_id!r}", code="invalid_query"
-            )
+        # ASCII digits only: str.isdigit() also takes "²", which int() then refuses.
+        if not _SEQ_TEXT.fullmatch(last_event_id):
+            shown = names.one_line(last_event_id[:40])
+            raise ApiError(400, f"Last-Event-ID must be a seq, got {shown!r}", code="invalid_query")
         return int(last_event_id)
     after = int_query(request, "after_seq", None)
     return session.head if after is None else after
@@ -135,7 +163,9 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
         }
     )
     await response.prepare(request)
-    stream = EventStream(response, principal, request.app[HTTP_METRICS].sse_events)
+    stream = EventStream(
+        response, principal, request.app[HTTP_METRICS].sse_events, request.transport
+    )
     stream.last = cursor
     streams = request.app[STREAMS]
     metrics = request.app[HTTP_METRICS]
@@ -219,6 +249,11 @@ async def _catch_up(stream: EventStream, session: Session, before: int | None = 
 
 
 async def _write(stream: EventStream, entry: LogEntry) -> None:
+    if stream.stop.is_set():
+        # Revoked, expired or shutting down: a busy stream ends here, not at its next idle
+        # ping (§16.9) — every loop that writes stops once ``done`` is set.
+        stream.done = True
+        return
     await stream.response.write(_event(entry))
     stream.last = entry.seq
     stream.written.inc()

@@ -10,10 +10,11 @@ took back out (§7.8.3) are gone, as in every other view.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Final
 
-from protocol import codec
+from protocol import codec, names
 from protocol.errors import ProtocolError
 from protocol.frames import Frame, GenericFrame
 from protocol.state import SenderRole
@@ -33,7 +34,7 @@ from protocol.view import (
 
 from ..store.base import LogEntry
 
-__all__ = ["incomplete", "render_markdown", "view_of"]
+__all__ = ["code_span", "incomplete", "inline_text", "render_markdown", "view_of"]
 
 
 def view_of(session_id: str, entries: Iterable[LogEntry]) -> SessionView:
@@ -51,20 +52,42 @@ def incomplete(blocks: Iterable[Block]) -> list[str]:
     """Why the data is incomplete (§7.1.1): truncated histories and their notices."""
     reasons: list[str] = []
     for block in blocks:
-        if isinstance(block, NoticeBlock) and (
-            block.error_code == "history_truncated"
-            or (block.notice == "history" and block.truncated)
-        ):
+        if isinstance(block, NoticeBlock) and block.data_incomplete:  # master's only (§16.8)
             reasons.append(block.text)
     return reasons
 
 
+# Received text never shapes the transcript (notes §16.7): a one-line field is escaped
+# (no CR/LF, no control character, no Markdown punctuation that would start markup); a
+# multi-line body is a block quote, so none of its lines can become a heading or a list of
+# ours; a code span or fence is longer than any backtick run inside it.
+_MARKUP: Final = re.compile(r"([\\`*_\[\]<>#|~!&])")
+_BACKTICKS: Final = re.compile(r"`+")
+
+
+def inline_text(text: object) -> str:
+    """A received string for a one-line Markdown field."""
+    return _MARKUP.sub(r"\\\1", names.one_line(str(text)))
+
+
+def code_span(text: object) -> str:
+    """A received string as an inline code span (one line, fenced past its backticks)."""
+    line = names.one_line(str(text))
+    fence = "`" * (max((len(m) for m in _BACKTICKS.findall(line)), default=0) + 1)
+    pad = " " if line.startswith("`") or line.endswith("`") or not line.strip() else ""
+    return f"{fence}{pad}{line}{pad}{fence}"
+
+
 def _quote(text: str) -> str:
-    return "\n".join("> " + line for line in text.splitlines() or [""])
+    """A received multi-line body as a block quote."""
+    lines = names.text_body(text).split("\n")
+    return "\n".join(("> " + line).rstrip() for line in lines)
 
 
 def _json_block(value: Any) -> str:
-    return "```json\n" + json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n```"
+    body = names.text_body(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+    fence = "`" * max(3, max((len(m) for m in _BACKTICKS.findall(body)), default=0) + 1)
+    return f"{fence}json\n{body}\n{fence}"
 
 
 def _render(block: Block) -> list[str]:
@@ -75,21 +98,23 @@ def _render(block: Block) -> list[str]:
     if isinstance(block, UserMessageBlock):
         return ["**User:**", "", _quote(block.text)]
     if isinstance(block, TextBlock):
-        return [f"**Assistant:**{mark}", "", block.text]
+        return [f"**Assistant:**{mark}", "", _quote(block.text)]
     if isinstance(block, ThinkingBlock):
-        return [f"<details><summary>Thinking{mark}</summary>", "", block.text, "", "</details>"]
+        return [f"*Thinking:*{mark}", "", _quote(block.text)]
     if isinstance(block, ToolCallBlock):
-        lines = [f"**Tool call** `{block.tool_name}` → {block.status}{mark}", ""]
+        lines = [f"**Tool call** {code_span(block.tool_name)} → {block.status}{mark}", ""]
         lines.append(_json_block(block.input))
         if block.status != "pending":
             lines += ["", "Result:", "", _json_block(block.output)]
         return lines
     if isinstance(block, InteractionBlock):
-        lines = [f"**Question ({block.interaction_kind}):** {block.prompt}"]
+        kind = block.interaction_kind
+        lines = [f"**Question ({kind}):** {inline_text(block.prompt)}"]
         if block.options:
-            lines += ["", "Options: " + ", ".join(str(o) for o in block.options)]
+            lines += ["", "Options: " + ", ".join(inline_text(o) for o in block.options)]
         if block.status == "answered":
-            lines += ["", f"Answer: {json.dumps(block.response, ensure_ascii=False)}"]
+            answer = json.dumps(block.response, ensure_ascii=False, default=str)
+            lines += ["", f"Answer: {code_span(answer)}"]
         elif block.status == "discarded":
             lines += ["", f"(discarded: the connection was lost){mark}"]
         return lines
@@ -97,7 +122,7 @@ def _render(block: Block) -> list[str]:
         who = "master totals" if block.from_master else "usage"
         return [
             f"*{who}: {block.input_tokens} in / {block.output_tokens} out tokens, "
-            f"{block.cost_used} {block.cost_unit} used*"
+            f"{block.cost_used} {inline_text(block.cost_unit)} used*"
         ]
     if isinstance(block, CompactionBlock):
         return [
@@ -106,18 +131,20 @@ def _render(block: Block) -> list[str]:
             "",
             _quote(block.summary),
         ]
-    code = f" `{block.error_code}`" if block.error_code else ""
-    return [f"*{block.notice}{code}: {block.text}*"]
+    code = f" {code_span(block.error_code)}" if block.error_code else ""
+    # A participant's session.error is its report, not the session's notice (§16.8).
+    who = "" if block.reported_by == "master" else f" (reported by the {block.reported_by})"
+    return [f"*{inline_text(block.notice)}{code}{who}: {inline_text(block.text)}*"]
 
 
 def render_markdown(view: SessionView, meta: Sequence[tuple[str, str]], *, title: str = "") -> str:
     """The transcript as Markdown; ``meta`` are (label, value) lines under the title."""
-    out = [f"# {title or view.name or view.session_id}", ""]
-    out += [f"- **{label}:** {value}" for label, value in meta]
+    out = [f"# {inline_text(title or view.name or view.session_id)}", ""]
+    out += [f"- **{label}:** {value}" for label, value in meta]  # values: render_meta's
     out.append("")
     reasons = incomplete(view.blocks)
     if reasons:
-        out += ["> **Data incomplete.** " + " · ".join(reasons), ""]
+        out += ["> **Data incomplete.** " + " · ".join(inline_text(r) for r in reasons), ""]
     for block in view.blocks:
         out += [*_render(block), ""]
     return "\n".join(out).rstrip() + "\n"

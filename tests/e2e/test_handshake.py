@@ -131,15 +131,18 @@ async def test_unknown_credential_closes_4401(master: Master, token: str) -> Non
     assert await hello_close_code(master, hello("s-hs-4401", token=token)) == 4401
 
 
-async def test_session_of_another_workspace_closes_4403(master: Master) -> None:
-    """A key of another workspace may not attach to (or create over) this workspace's session."""
+async def test_session_of_another_workspace_looks_absent(master: Master) -> None:
+    """Another workspace's key gets 4404 exactly as for an absent id; creating over it 4403."""
     await open_session(master, "s-hs-4403")
     for role in ("client", "edge"):
-        message = hello("s-hs-4403", token=OTHER_KEY, role=role, create={})
-        assert await hello_close_code(master, message) == 4403, role
+        foreign = await hello_close_code(master, hello("s-hs-4403", token=OTHER_KEY, role=role))
+        absent = await hello_close_code(master, hello("s-hs-none", token=OTHER_KEY, role=role))
+        assert foreign == absent == 4404, role
+    taken = hello("s-hs-4403", token=OTHER_KEY, role="client", create={})
+    assert await hello_close_code(master, taken) == 4403  # ids are one namespace
 
 
-async def test_session_token_scope_closes_4403(master: Master) -> None:
+async def test_session_token_scope(master: Master) -> None:
     """A session token attaches as edge to its own session only, as client only with the grant."""
     await open_session(master, "s-hs-token")
     await open_session(master, "s-hs-token-other")
@@ -149,7 +152,7 @@ async def test_session_token_scope_closes_4403(master: Master) -> None:
     await edge.close()
     assert await hello_close_code(master, hello("s-hs-token", token=token)) == 4403
     other = hello("s-hs-token-other", token=token, role="edge")
-    assert await hello_close_code(master, other) == 4403
+    assert await hello_close_code(master, other) == 4404  # another session: absent for it
 
 
 async def test_origin_not_allowed_is_refused_403_at_upgrade(master: Master) -> None:

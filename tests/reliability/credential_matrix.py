@@ -14,8 +14,8 @@ the master answers the hello with; an int < 600 is the HTTP status. Decisions en
 
 * a session the credential may not see answers **404**, like one that does not exist
   (relay/http/access.py): another workspace's key and a token for another session learn
-  nothing; a WebSocket hello for it is refused **4403** (the session id is the caller's
-  own claim there, docs/protocol.md §5.3);
+  nothing; a WebSocket hello for it is refused **4404**, like an absent id (issue 12; a
+  session token sees no session but its own, so any other id is absent for it);
 * a hello without a token is a malformed hello (**4400**: ``token`` is required);
   an unknown, expired or revoked credential is **4401** / HTTP **401**;
 * a session token may attach as edge, read its session, append user input, rename it
@@ -50,9 +50,9 @@ CREDENTIALS: Final = (
 # fmt: off
 #   action                               key   key_ow tok  tok_cl tok_dl tok_S2 expired revoked unknown none
 MATRIX: Final[dict[str, tuple[int | str, ...]]] = {
-    "ws hello client":                  (OK,   4403,  4403, OK,   4403,  4403,  4401,   4401,   4401,   4400),
-    "ws hello edge":                    (OK,   4403,  OK,   OK,   OK,    4403,  4401,   4401,   4401,   4400),
-    "ws hello client create (new id)":  (OK,   OK,    4403, 4403, 4403,  4403,  4401,   4401,   4401,   4400),
+    "ws hello client":                  (OK,   4404,  4403, OK,   4403,  4404,  4401,   4401,   4401,   4400),
+    "ws hello edge":                    (OK,   4404,  OK,   OK,   OK,    4404,  4401,   4401,   4401,   4400),
+    "ws hello client create (new id)":  (OK,   OK,    4404, 4404, 4404,  4404,  4401,   4401,   4401,   4400),
     "GET /v1/whoami":                   (200,  200,   200,  200,  200,   200,   401,    401,    401,    401),
     "GET /v1/sessions":                 (200,  200,   403,  403,  403,   403,   401,    401,    401,    401),
     "POST /v1/sessions":                (201,  201,   403,  403,  403,   403,   401,    401,    401,    401),

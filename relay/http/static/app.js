@@ -348,7 +348,9 @@ const BLOCKS = {
     return node;
   },
   notice: (b) => {
-    const node = el("div", {}, b.code ? el("code", {}, b.code) : "", el("span", {}, ` ${b.text}`));
+    // A participant's session.error is shown as its report, not as the session's (§16.8).
+    const who = b.reportedBy && b.reportedBy !== "master" ? ` (reported by the ${b.reportedBy})` : "";
+    const node = el("div", {}, b.code ? el("code", {}, b.code) : "", el("span", {}, `${who} ${b.text}`));
     node.classList.add(`notice-${b.notice}`);
     return node;
   },

@@ -176,9 +176,10 @@ function apply(m, f, role) {
       add(m, `m:${f.message_id}`, { kind: "notice", notice: "renamed", text: `renamed to “${p.name}” by ${p.renamed_by}` });
       return true;
     case "session.error":
+      // reportedBy: only the master's notices are the session's facts (notes §16.8).
       add(m, `m:${f.message_id}`, {
         kind: "notice", notice: "error", code: p.error_code, text: p.message,
-        lost: p.lost_frame_count ?? null,
+        lost: p.lost_frame_count ?? null, reportedBy: role,
       });
       return true;
     case "control.cancel":
@@ -259,10 +260,12 @@ export class SessionView {
 
   // Why the data is incomplete (§7.1.1 MUST): truncated histories, lost backlog frames.
   // The master follows every truncated client history with a history_truncated error (notes
-  // §15.10); that error says it best, the history's own line is the fallback.
+  // §15.10); that error says it best, the history's own line is the fallback. A
+  // history_truncated that a participant sent itself is its report, never a notice (§16.8).
   get incomplete() {
     const reasons = this.notices.filter((n) => n.kind === "backlog_truncated").map((n) => n.text);
-    const errors = this.m.blocks.filter((b) => b.kind === "notice" && b.code === "history_truncated");
+    const errors = this.m.blocks.filter(
+      (b) => b.kind === "notice" && b.code === "history_truncated" && b.reportedBy === "master");
     const histories = this.m.blocks.filter((b) => b.kind === "notice" && b.notice === "history" && b.truncated);
     reasons.push(...(errors.length ? errors : histories).map((b) => b.text));
     return reasons;

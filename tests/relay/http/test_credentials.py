@@ -220,12 +220,12 @@ async def test_reads_of_unknown_sessions_are_404(api: Api, path: str) -> None:
 
 
 async def test_token_attach_is_scoped_to_its_session(api: Api, master: Master) -> None:
-    """A session token cannot attach to another session over the WebSocket (4403)."""
+    """A session token cannot attach to another session: it looks absent (4404, issue 12)."""
     await api.create("s-one")
     await api.create("s-two")
     token = await token_for(api, "s-one")
     peer = await Peer.open(master.ws_url, "s-two", role="edge", token=token, expect_welcome=False)
-    assert await peer.closed_with() == 4403
+    assert await peer.closed_with() == 4404
     await wait_head(api, "s-two", 0)
 
 
