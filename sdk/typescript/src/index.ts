@@ -26,7 +26,7 @@ export type {
 } from "./client.js";
 export { memoryStore, webStore, sessionStore, localStore } from "./persistence.js";
 export type { StateStore, WebStorageLike } from "./persistence.js";
-export { SessionView, LOCAL_SENDER } from "./view.js";
+export { SessionView, LOCAL_SENDER, dataIncomplete } from "./view.js";
 export type {
   Block,
   CompactionBlock,

@@ -100,6 +100,14 @@ export interface NoticeBlock extends BlockBase {
   error_code: string | null;
   truncated: boolean;
   lost_frame_count: number | null;
+  /** Who sent the frame: only the master's notices are the session's own facts (notes §16.8). */
+  reported_by: SenderRole;
+}
+
+/** Does this notice say the session's data is incomplete (§7.1.1, notes §16.8)? */
+export function dataIncomplete(block: NoticeBlock): boolean {
+  if (block.notice === "history") return block.truncated;
+  return block.error_code === "history_truncated" && block.reported_by === "master";
 }
 export type Block =
   | TurnBlock
@@ -290,7 +298,7 @@ class Renderer {
         this.totals.compactions += 1;
         break;
       default:
-        this.notice(frame, base);
+        this.notice(frame, role, base);
     }
   }
 
@@ -360,10 +368,11 @@ class Renderer {
     if (block.context_utilization !== null) t.context_utilization = block.context_utilization;
   }
 
-  private notice(frame: KnownFrame, base: BlockBase): void {
+  private notice(frame: KnownFrame, role: SenderRole, base: BlockBase): void {
     const p = frame.payload as P;
     const make = (notice: NoticeBlock["notice"], text: string, extra: Partial<NoticeBlock> = {}): NoticeBlock => ({
-      kind: "notice", ...base, notice, text, error_code: null, truncated: false, lost_frame_count: null, ...extra,
+      kind: "notice", ...base, notice, text, error_code: null, truncated: false, lost_frame_count: null,
+      reported_by: "master", ...extra,
     });
     let block: NoticeBlock | null = null;
     if (frame.type === "session.renamed") {
@@ -371,7 +380,9 @@ class Renderer {
     } else if (frame.type === "session.deleted") {
       block = make("deleted", `session deleted (${p.reason}, by ${p.deleted_by})`);
     } else if (frame.type === "session.error") {
-      block = make("error", p.message, { error_code: p.error_code, lost_frame_count: nul(p.lost_frame_count) });
+      block = make("error", p.message, {
+        error_code: p.error_code, lost_frame_count: nul(p.lost_frame_count), reported_by: role,
+      });
     } else if (frame.type === "session.history") {
       const s = p.buffer_status as BufferStatus;
       let text = `the agent reconnected with ${p.frames.length} buffered frame(s)`;

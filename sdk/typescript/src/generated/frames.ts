@@ -48,7 +48,7 @@ export interface Hello {
   sender?: Sender | null;
   seq?: number | null;
   /**
-   * An opaque identifier.
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
    */
   session_id: string;
   /**
@@ -131,7 +131,7 @@ export interface Welcome {
   sender?: Sender | null;
   seq?: number | null;
   /**
-   * An opaque identifier.
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
    */
   session_id: string;
   /**
@@ -208,7 +208,7 @@ export interface Ack {
   sender?: Sender | null;
   seq?: number | null;
   /**
-   * An opaque identifier.
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
    */
   session_id: string;
   /**
@@ -241,7 +241,7 @@ export interface Presence {
   sender?: Sender | null;
   seq?: number | null;
   /**
-   * An opaque identifier.
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
    */
   session_id: string;
   /**
@@ -276,7 +276,7 @@ export interface History {
   sender?: Sender | null;
   seq?: number | null;
   /**
-   * An opaque identifier.
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
    */
   session_id: string;
   /**
@@ -322,7 +322,7 @@ export interface TurnStart {
   sender?: Sender | null;
   seq?: number | null;
   /**
-   * An opaque identifier.
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
    */
   session_id: string;
   /**
@@ -357,7 +357,7 @@ export interface TurnEnd {
   sender?: Sender | null;
   seq?: number | null;
   /**
-   * An opaque identifier.
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
    */
   session_id: string;
   /**
@@ -396,7 +396,7 @@ export interface Usage {
   sender?: Sender | null;
   seq?: number | null;
   /**
-   * An opaque identifier.
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
    */
   session_id: string;
   /**
@@ -472,7 +472,7 @@ export interface Compacted {
   sender?: Sender | null;
   seq?: number | null;
   /**
-   * An opaque identifier.
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
    */
   session_id: string;
   /**
@@ -520,7 +520,7 @@ export interface Renamed {
   sender?: Sender | null;
   seq?: number | null;
   /**
-   * An opaque identifier.
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
    */
   session_id: string;
   /**
@@ -556,7 +556,7 @@ export interface Deleted {
   sender?: Sender | null;
   seq?: number | null;
   /**
-   * An opaque identifier.
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
    */
   session_id: string;
   /**
@@ -591,7 +591,7 @@ export interface SessionError {
   sender?: Sender | null;
   seq?: number | null;
   /**
-   * An opaque identifier.
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
    */
   session_id: string;
   /**
@@ -624,7 +624,7 @@ export interface AgentState {
   sender?: Sender | null;
   seq?: number | null;
   /**
-   * An opaque identifier.
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
    */
   session_id: string;
   /**
@@ -654,7 +654,7 @@ export interface TextDelta {
   sender?: Sender | null;
   seq?: number | null;
   /**
-   * An opaque identifier.
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
    */
   session_id: string;
   /**
@@ -688,7 +688,7 @@ export interface TextDone {
   sender?: Sender | null;
   seq?: number | null;
   /**
-   * An opaque identifier.
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
    */
   session_id: string;
   /**
@@ -722,7 +722,7 @@ export interface ThinkingDelta {
   sender?: Sender | null;
   seq?: number | null;
   /**
-   * An opaque identifier.
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
    */
   session_id: string;
   /**
@@ -756,7 +756,7 @@ export interface ThinkingDone {
   sender?: Sender | null;
   seq?: number | null;
   /**
-   * An opaque identifier.
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
    */
   session_id: string;
   /**
@@ -789,7 +789,7 @@ export interface ToolRequest {
   sender?: Sender | null;
   seq?: number | null;
   /**
-   * An opaque identifier.
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
    */
   session_id: string;
   /**
@@ -826,7 +826,7 @@ export interface ToolResult {
   sender?: Sender | null;
   seq?: number | null;
   /**
-   * An opaque identifier.
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
    */
   session_id: string;
   /**
@@ -861,7 +861,7 @@ export interface InteractionRequest {
   sender?: Sender | null;
   seq?: number | null;
   /**
-   * An opaque identifier.
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
    */
   session_id: string;
   /**
@@ -897,7 +897,7 @@ export interface InteractionResponse {
   sender?: Sender | null;
   seq?: number | null;
   /**
-   * An opaque identifier.
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
    */
   session_id: string;
   /**
@@ -931,7 +931,7 @@ export interface UserMessage {
   sender?: Sender | null;
   seq?: number | null;
   /**
-   * An opaque identifier.
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
    */
   session_id: string;
   /**
@@ -961,7 +961,7 @@ export interface Cancel {
   sender?: Sender | null;
   seq?: number | null;
   /**
-   * An opaque identifier.
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
    */
   session_id: string;
   /**
@@ -991,13 +991,16 @@ export interface GenericFrame {
   sender?: Sender | null;
   seq?: number | null;
   /**
-   * An opaque identifier.
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
    */
   session_id: string;
   /**
    * RFC 3339 date-time with offset.
    */
   timestamp: string;
+  /**
+   * Dot-separated lowercase words, at most 64 bytes (notes §16.7).
+   */
   type: string;
   [k: string]: unknown | undefined;
 }

@@ -53,9 +53,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "default": null
         },
         "session_id": {
-          "description": "An opaque identifier.",
-          "maxLength": 256,
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
           "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
           "type": "string"
         },
         "timestamp": {
@@ -143,9 +144,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "default": null
         },
         "session_id": {
-          "description": "An opaque identifier.",
-          "maxLength": 256,
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
           "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
           "type": "string"
         },
         "timestamp": {
@@ -326,9 +328,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "default": null
         },
         "session_id": {
-          "description": "An opaque identifier.",
-          "maxLength": 256,
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
           "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
           "type": "string"
         },
         "timestamp": {
@@ -420,9 +423,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "default": null
         },
         "session_id": {
-          "description": "An opaque identifier.",
-          "maxLength": 256,
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
           "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
           "type": "string"
         },
         "timestamp": {
@@ -591,6 +595,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
         "parent_session_id": {
           "anyOf": [
             {
+              "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+              "maxLength": 128,
+              "minLength": 1,
+              "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
               "type": "string"
             },
             {
@@ -652,9 +660,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "default": null
         },
         "session_id": {
-          "description": "An opaque identifier.",
-          "maxLength": 256,
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
           "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
           "type": "string"
         },
         "timestamp": {
@@ -759,9 +768,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "default": null
         },
         "session_id": {
-          "description": "An opaque identifier.",
-          "maxLength": 256,
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
           "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
           "type": "string"
         },
         "timestamp": {
@@ -771,8 +781,9 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "type": "string"
         },
         "type": {
-          "maxLength": 256,
-          "minLength": 1,
+          "description": "Dot-separated lowercase words, at most 64 bytes (notes §16.7).",
+          "maxLength": 64,
+          "pattern": "^[a-z0-9_]+(?:\\.[a-z0-9_]+)+$(?!\\n)",
           "type": "string"
         }
       },
@@ -833,9 +844,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "default": null
         },
         "session_id": {
-          "description": "An opaque identifier.",
-          "maxLength": 256,
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
           "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
           "type": "string"
         },
         "timestamp": {
@@ -983,9 +995,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "default": null
         },
         "session_id": {
-          "description": "An opaque identifier.",
-          "maxLength": 256,
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
           "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
           "type": "string"
         },
         "timestamp": {
@@ -1142,9 +1155,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "default": null
         },
         "session_id": {
-          "description": "An opaque identifier.",
-          "maxLength": 256,
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
           "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
           "type": "string"
         },
         "timestamp": {
@@ -1256,9 +1270,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "default": null
         },
         "session_id": {
-          "description": "An opaque identifier.",
-          "maxLength": 256,
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
           "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
           "type": "string"
         },
         "timestamp": {
@@ -1390,9 +1405,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "default": null
         },
         "session_id": {
-          "description": "An opaque identifier.",
-          "maxLength": 256,
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
           "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
           "type": "string"
         },
         "timestamp": {
@@ -1579,9 +1595,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "default": null
         },
         "session_id": {
-          "description": "An opaque identifier.",
-          "maxLength": 256,
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
           "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
           "type": "string"
         },
         "timestamp": {
@@ -1744,9 +1761,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "default": null
         },
         "session_id": {
-          "description": "An opaque identifier.",
-          "maxLength": 256,
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
           "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
           "type": "string"
         },
         "timestamp": {
@@ -1900,9 +1918,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "default": null
         },
         "session_id": {
-          "description": "An opaque identifier.",
-          "maxLength": 256,
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
           "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
           "type": "string"
         },
         "timestamp": {
@@ -1995,9 +2014,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "default": null
         },
         "session_id": {
-          "description": "An opaque identifier.",
-          "maxLength": 256,
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
           "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
           "type": "string"
         },
         "timestamp": {
@@ -2097,9 +2117,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "default": null
         },
         "session_id": {
-          "description": "An opaque identifier.",
-          "maxLength": 256,
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
           "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
           "type": "string"
         },
         "timestamp": {
@@ -2192,9 +2213,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "default": null
         },
         "session_id": {
-          "description": "An opaque identifier.",
-          "maxLength": 256,
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
           "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
           "type": "string"
         },
         "timestamp": {
@@ -2338,9 +2360,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "default": null
         },
         "session_id": {
-          "description": "An opaque identifier.",
-          "maxLength": 256,
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
           "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
           "type": "string"
         },
         "timestamp": {
@@ -2439,9 +2462,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "default": null
         },
         "session_id": {
-          "description": "An opaque identifier.",
-          "maxLength": 256,
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
           "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
           "type": "string"
         },
         "timestamp": {
@@ -2541,9 +2565,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "default": null
         },
         "session_id": {
-          "description": "An opaque identifier.",
-          "maxLength": 256,
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
           "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
           "type": "string"
         },
         "timestamp": {
@@ -2655,9 +2680,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "default": null
         },
         "session_id": {
-          "description": "An opaque identifier.",
-          "maxLength": 256,
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
           "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
           "type": "string"
         },
         "timestamp": {
@@ -2761,9 +2787,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "default": null
         },
         "session_id": {
-          "description": "An opaque identifier.",
-          "maxLength": 256,
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
           "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
           "type": "string"
         },
         "timestamp": {
@@ -2885,9 +2912,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "default": null
         },
         "session_id": {
-          "description": "An opaque identifier.",
-          "maxLength": 256,
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
           "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
           "type": "string"
         },
         "timestamp": {
@@ -2973,9 +3001,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "default": null
         },
         "session_id": {
-          "description": "An opaque identifier.",
-          "maxLength": 256,
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
           "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
           "type": "string"
         },
         "timestamp": {
