@@ -383,9 +383,9 @@ async def _drops_scenario(stream: S.Stream, edge_drops: set[int], agent_drops: s
                 agent.abort_connection()
             moved = _rehome(frame)
             if role == "client":
-                sent.append(await agent.send(moved))
+                sent.append(await agent.post(moved))
             else:
-                await user.send(moved)
+                await user.post(moved)
         store = master.store
         await agent.wait_status(ConnectionStatus.CONNECTED, timeout=10)
         # A last frame on the settled connection: once it is logged, so is the history before it.

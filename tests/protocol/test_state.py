@@ -86,7 +86,7 @@ def in_turn(turn_n: int = 1) -> tuple[SessionState, str]:
 SENDERS: dict[str, set[str]] = {
     "connection.hello": {"client", "edge"},
     "connection.welcome": {"master"},
-    "connection.ack": {"client", "edge"},
+    "connection.ack": {"client", "edge", "master"},  # master: producer acks (notes §16.3)
     "session.presence": {"master"},
     "session.history": {"client", "master"},
     "session.turn.start": {"client"},
@@ -104,6 +104,7 @@ SENDERS: dict[str, set[str]] = {
     "tool.invoke.request": {"client"},
     "tool.invoke.result": {"client", "master"},
     "agent.interaction.request": {"client"},
+    "agent.interaction.cancel": {"client"},  # notes §16.4
     "control.interaction.response": {"edge"},
     "user.message": {"edge"},
     "control.cancel": {"edge"},
@@ -144,7 +145,7 @@ def rule_codes(state: SessionState, frame: F.Frame, role: SenderRole) -> set[str
     elif tag == "agent.interaction.request":
         if p.interaction_id in state.interaction_ids:
             codes.add("interaction_state")
-    elif tag == "control.interaction.response":
+    elif tag in ("control.interaction.response", "agent.interaction.cancel"):
         if p.interaction_id not in state.pending_interactions:
             codes.add("interaction_state")
     elif tag == "session.compacted":
