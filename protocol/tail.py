@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from .frames import (
     Frame,
     GenericFrame,
     History,
+    InteractionCancel,
     InteractionRequest,
     InteractionResponse,
     Presence,
@@ -120,9 +122,10 @@ class TailPrinter:
             self._line(f"· {frame.type} (unknown type, relayed untouched)")
         elif isinstance(frame, TurnStart):
             p = frame.payload
-            self._turns[p.turn_id] = p.turn_index
+            # Turns are numbered from 1, as on the dashboard and in exports (turn_index + 1).
+            self._turns[p.turn_id] = p.turn_index + 1
             mode = f" · {p.mode}" if p.mode else ""
-            self._line(f"── turn {p.turn_index}{mode} ──")
+            self._line(f"── turn {p.turn_index + 1}{mode} ──")
         elif isinstance(frame, TurnEnd):
             p_end = frame.payload
             index = self._turns.get(p_end.turn_id, "?")
@@ -156,6 +159,9 @@ class TailPrinter:
             self._line(f"  ? {p_ask.kind}: {p_ask.prompt}{options}")
         elif isinstance(frame, InteractionResponse):
             self._line(f"  ✓ answered: {_short(frame.payload.response)}")
+        elif isinstance(frame, InteractionCancel):
+            reason = f": {_short(frame.payload.reason)}" if frame.payload.reason else ""
+            self._line(f"  ✗ question withdrawn{reason}")
         elif isinstance(frame, UserMessage):
             self._line(f"user: {frame.payload.text}")
         elif isinstance(frame, Usage):
@@ -312,7 +318,13 @@ def add_tail_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     tail.add_argument(
         "--ws-url", required=True, help="the master's WebSocket URL (ws://HOST:PORT/v1/ws)"
     )
-    tail.add_argument("--token", required=True, help="an API key or a session token")
+    default_token = os.environ.get("RAWP_API_KEY")
+    tail.add_argument(
+        "--token",
+        required=default_token is None,
+        default=default_token,
+        help="an API key or a session token (default: $RAWP_API_KEY)",
+    )
     tail.add_argument(
         "--from-start", action="store_true", help="print the whole log first, then follow"
     )

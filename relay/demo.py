@@ -24,6 +24,7 @@ import random
 import secrets
 import shlex
 import sys
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -43,7 +44,15 @@ from protocol.frames import (
 from .auth import new_api_key
 from .config import Settings, add_serve_arguments, settings_from_args
 
-__all__ = ["DemoAgent", "DemoOptions", "Task", "ToolStep", "add_demo_parser", "run_demo"]
+__all__ = [
+    "DemoAgent",
+    "DemoOptions",
+    "Task",
+    "ToolStep",
+    "add_demo_parser",
+    "dashboard_link",
+    "run_demo",
+]
 
 _CONTEXT_CAPACITY: Final = 200_000
 _COST_PER_INPUT_TOKEN: Final = 3e-6  # USD
@@ -301,6 +310,11 @@ class DemoAgent:
             response = await asyncio.wait_for(waiting, self.options.interaction_timeout)
         except TimeoutError:
             self.answers.pop(iid, None)
+            # notes §16.4: withdraw the question, so the session leaves requires_action and
+            # the dashboard drops its buttons
+            await self.client.interaction_cancel(
+                iid, f"no answer within {self.options.interaction_timeout:g} s"
+            )
             default = options[0] if options else "ok"
             return (
                 f"(No answer within {self.options.interaction_timeout:g} s, so I went with "
@@ -377,6 +391,15 @@ async def run_demo(
         await master.stop()
 
 
+def dashboard_link(http_url: str, token: str, session_id: str | None = None) -> str:
+    """A dashboard URL that signs in with ``token`` (removed from the address bar on load)
+    and opens ``session_id``."""
+    link = f"{http_url.rstrip('/')}/?{urllib.parse.urlencode({'token': token})}"
+    if session_id:
+        link += f"#/s/{urllib.parse.quote(session_id, safe='')}"
+    return link
+
+
 async def _drive(
     ws_url: str, http_url: str, api_key: str, options: DemoOptions, say: Callable[[str], None]
 ) -> int:
@@ -384,7 +407,8 @@ async def _drive(
     tail = shlex.join(["rawp", "tail", sid, "--ws-url", ws_url, "--token", api_key, "--from-start"])
     say("RAWP demo: a master and a simulated agent in this process")
     say(f"  WebSocket  {ws_url}")
-    say(f"  HTTP       {http_url}   (dashboard, REST)")
+    say(f"  HTTP       {http_url}   (REST)")
+    say(f"  dashboard  {dashboard_link(http_url, api_key, sid)}")
     say(f"  session    {sid}")
     say(f"  API key    {api_key}")
     say(f"  follow it  {tail}")
@@ -423,7 +447,7 @@ async def _drive(
                     task, prompt=prompt, answer=f"You asked: {prompt!r}. " + task.answer
                 )
             stop = await agent.run_turn(prompt, task, index)
-            say(f"turn {index} done ({stop})")
+            say(f"turn {index + 1} done ({stop})")  # numbered from 1, as tail and dashboard
             index += 1
             if turns is None or index < turns:
                 await asyncio.sleep(options.pause)

@@ -586,6 +586,22 @@ def test_interaction_errors() -> None:
     assert code_of(state, S.interaction_request("i1"), "client") == "interaction_state"
 
 
+def test_withdrawal_ends_a_pending_interaction() -> None:
+    """agent.interaction.cancel (notes §16.4): requires_action only while another is pending;
+    a later response, or a second withdrawal, is interaction_state; the id stays used."""
+    state, _ = in_turn()
+    fold(state, S.interaction_request("i1"), "client")
+    fold(state, S.interaction_request("i2"), "client")
+    fold(state, S.interaction_cancel("i1"), "client")
+    assert status(state) == "requires_action"
+    fold(state, S.interaction_cancel("i2", None), "client")
+    assert status(state) == "running"
+    assert code_of(state, S.interaction_response("i1"), "edge") == "interaction_state"
+    assert code_of(state, S.interaction_cancel("i1"), "client") == "interaction_state"
+    assert code_of(state, S.interaction_request("i1"), "client") == "interaction_state"
+    assert code_of(state, S.interaction_cancel("i9"), "edge") == "direction"
+
+
 @pytest.mark.parametrize("role", ["client", "master"])
 def test_interaction_response_only_from_edge(role: SenderRole) -> None:
     """control.interaction.response from a client or the master is direction."""
