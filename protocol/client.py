@@ -63,13 +63,14 @@ import asyncio
 import contextlib
 import datetime as _dt
 import enum
+import logging
 import os
 import random
 import ssl
 import tempfile
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -169,6 +170,7 @@ __all__ = [
     "ClientSnapshot",
     "ConnectRefused",
     "ConnectionStatus",
+    "Delivered",
     "FrameLost",
     "FrameRefused",
     "RawpClient",
@@ -178,6 +180,8 @@ __all__ = [
     "run",
     "save_snapshot",
 ]
+
+log = logging.getLogger("rawp.client")
 
 T = TypeVar("T")
 FrameT = TypeVar("FrameT", bound=Frame)
@@ -286,6 +290,20 @@ class ConnectionStatus(enum.Enum):
     CONNECTED = "connected"
     RECONNECTING = "reconnecting"
     CLOSED = "closed"
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """One frame as :meth:`RawpClient.frames` yields it.
+
+    ``replayed`` is True for a frame that arrived inside a ``session.history`` (§7.1.1): the
+    master's backlog on (re)attach, or an agent's reattach history; ``history`` is then that
+    History frame. Live frames have ``replayed`` False and no ``history``.
+    """
+
+    frame: Frame | GenericFrame
+    replayed: bool = False
+    history: History | None = None
 
 
 # --- persistence ---------------------------------------------------------------------------
@@ -573,6 +591,8 @@ class RawpClient:
         self.ping_interval = ping_interval
         self.ping_timeout = ping_timeout
         self.on_status = on_status
+        self._status_callbacks: list[Callable[[ConnectionStatus], None]] = []
+        self.last_connect_error: BaseException | None = None
         self.participant_id = participant_id
         self.generation = 0
         self.epoch: str | None = None
@@ -724,6 +744,21 @@ class RawpClient:
         self._status_changed = asyncio.Event()
         if self.on_status is not None:
             self.on_status(status)
+        for callback in tuple(self._status_callbacks):
+            callback(status)
+
+    def add_status_callback(
+        self, callback: Callable[[ConnectionStatus], None]
+    ) -> Callable[[], None]:
+        """Call ``callback(status)`` on every connection status change (besides
+        ``on_status``); returns a function that removes it again."""
+        self._status_callbacks.append(callback)
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError):
+                self._status_callbacks.remove(callback)
+
+        return remove
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -739,17 +774,34 @@ class RawpClient:
     ) -> None:
         await self.close()
 
-    async def connect(self) -> None:
+    async def connect(
+        self, *, timeout: float | None = None, max_attempts: int | None = None
+    ) -> None:
         """Connect (retrying per :attr:`backoff`), say hello and wait for the welcome.
 
-        Raises the :class:`~protocol.errors.HandshakeError` the master refused with, or
-        :class:`ReconnectExhausted`.
+        By default a master that cannot be reached is retried as :attr:`backoff` says (for
+        ever unless its ``max_attempts`` is set; the first failure is logged as a warning on
+        the ``rawp.client`` logger). ``max_attempts`` and ``timeout`` (seconds, for the whole
+        first connection) make this call fail fast instead; later reconnects follow
+        :attr:`backoff`. Raises the :class:`~protocol.errors.HandshakeError` the master
+        refused with, :class:`ConnectRefused`, or :class:`ReconnectExhausted` (also on
+        ``timeout``).
         """
         if self._closing:
             raise ClientClosed("this client was closed")
         if self._runner is not None:
             return
-        ws = await self._establish(first=True)
+        if max_attempts is not None and max_attempts < 1:
+            raise ValueError("max_attempts must be >= 1")
+        try:
+            async with asyncio.timeout(timeout):
+                ws = await self._establish(first=True, max_attempts=max_attempts)
+        except TimeoutError:
+            self._set_status(ConnectionStatus.CLOSED)
+            cause = f": {self.last_connect_error}" if self.last_connect_error else ""
+            raise ReconnectExhausted(
+                f"could not connect to {self.url} within {timeout:g} s{cause}"
+            ) from self.last_connect_error
         self._runner = asyncio.get_running_loop().create_task(self._run(ws))
 
     async def close(self) -> None:
@@ -821,7 +873,7 @@ class RawpClient:
             self._closing = True
             self._end(exc)
 
-    async def _establish(self, *, first: bool) -> ClientConnection:
+    async def _establish(self, *, first: bool, max_attempts: int | None = None) -> ClientConnection:
         attempt = 0
         while True:
             if not first or attempt > 0:
@@ -829,18 +881,29 @@ class RawpClient:
                 await asyncio.sleep(self.backoff.delay(attempt, self._rng))
             self._set_status(ConnectionStatus.CONNECTING)
             try:
-                return await self._open()
-            except (HandshakeError, ConnectRefused):
+                ws = await self._open()
+            except (HandshakeError, ConnectRefused) as exc:
+                self.last_connect_error = exc
                 self._set_status(ConnectionStatus.CLOSED)
                 raise
             except (OSError, TimeoutError, ConnectionClosed, InvalidHandshake) as exc:
+                self.last_connect_error = exc
                 attempt += 1
-                limit = self.backoff.max_attempts
+                # The first failure of a series is worth a warning (a wrong port must not
+                # retry in silence); the rest only at debug level, so a long outage is quiet.
+                level = logging.WARNING if attempt == 1 else logging.DEBUG
+                log.log(level, "could not connect to %s (attempt %d): %s", self.url, attempt, exc)
+                limit = max_attempts if max_attempts is not None else self.backoff.max_attempts
                 if limit is not None and attempt >= limit:
                     self._set_status(ConnectionStatus.CLOSED)
                     raise ReconnectExhausted(
                         f"could not reach {self.url} in {attempt} attempt(s): {exc}"
                     ) from exc
+            else:
+                if attempt > 0:
+                    log.info("connected to %s after %d failed attempt(s)", self.url, attempt)
+                self.last_connect_error = None
+                return ws
 
     async def _open(self) -> ClientConnection:
         try:
@@ -1137,6 +1200,25 @@ class RawpClient:
             return None
         self._incoming.popleft()
         return item
+
+    async def frames(self, *, unpack_histories: bool = True) -> AsyncIterator[Delivered]:
+        """Every frame delivered to this client, each as a :class:`Delivered`.
+
+        With ``unpack_histories`` (the default) a ``session.history`` — the backlog of a
+        (re)attach, or an agent's reattach history — is yielded frame by frame, each marked
+        ``replayed``, so a loop that looks at ``agent.text.delta`` sees the replayed ones
+        too; without it the History is yielded whole, as ``async for frame in client`` does.
+        Ends like that iteration (raising what ended the stream abnormally).
+        """
+        while True:
+            frame = await self.receive()
+            if frame is None:
+                return
+            if unpack_histories and isinstance(frame, History):
+                for inner in _unpacked(frame):
+                    yield Delivered(inner, replayed=True, history=frame)
+            else:
+                yield Delivered(frame)
 
     def __aiter__(self) -> RawpClient:
         return self
@@ -1436,6 +1518,22 @@ class RawpClient:
 
 
 # --- helpers -------------------------------------------------------------------------------
+
+
+def _unpacked(history: History) -> list[Frame | GenericFrame]:
+    """The frames inside ``history``, histories inside it opened too (a backlog holds the
+    agent's logged reattach histories as entries)."""
+    frames: list[Frame | GenericFrame] = []
+    for raw in history.payload.frames:
+        try:
+            inner = codec.decode(raw)
+        except ProtocolError:
+            continue  # what the master logged was checked; tolerate entries of older builds
+        if isinstance(inner, History):
+            frames.extend(_unpacked(inner))
+        else:
+            frames.append(inner)
+    return frames
 
 
 def _create_spec(create: CreateSpec | str | bool | None) -> CreateSpec | None:
