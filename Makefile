@@ -40,6 +40,7 @@ bench: setup
 
 schemas: setup
 	$(BIN)/rawp schemas --out schemas
+	$(BIN)/python -m protocol.docgen
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1231,12 +1231,16 @@ class RawpClient:
 
     # --- sending -------------------------------------------------------------------------
 
-    def _envelope(self) -> dict[str, Any]:
+    def envelope(self) -> dict[str, Any]:
+        """Envelope fields for a frame built by hand: a new ``message_id``, this session's
+        id and the current time (``F.TextDelta(payload=..., **client.envelope())``)."""
         return {
             "message_id": codec.new_message_id(),
             "session_id": self.session_id,
             "timestamp": codec.now(),
         }
+
+    _envelope = envelope
 
     def _remember_sent(self, frame: Frame) -> None:
         self._sent_times[frame.message_id] = frame.timestamp
