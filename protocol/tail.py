@@ -58,6 +58,11 @@ __all__ = ["TailPrinter", "add_tail_parser", "follow"]
 _OUTPUT_CHARS: Final = 160
 
 
+def _quoted(text: str) -> str:
+    """A name in double quotes, control characters escaped (JSON's quoting, not repr)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
 def _short(value: Any, limit: int = _OUTPUT_CHARS) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     text = " ".join(text.split())
@@ -180,7 +185,7 @@ class TailPrinter:
             self._line(f"· {p_p.role} {p_p.participant_id[:12]} {p_p.state}")
         elif isinstance(frame, Renamed):
             p_r = frame.payload
-            self._line(f"· renamed to {p_r.name!r} by {p_r.renamed_by}")
+            self._line(f"· renamed to {_quoted(p_r.name)} by {p_r.renamed_by}")
         elif isinstance(frame, Deleted):
             p_d = frame.payload
             self._line(f"× session deleted ({p_d.reason}, by {p_d.deleted_by})")
@@ -198,7 +203,7 @@ class TailPrinter:
             self._line(f"… reconnected (resumed: {str(w.resumed).lower()})")
             return
         self._connected_once = True
-        name = f" {s.name!r}" if s.name else ""
+        name = f" {_quoted(s.name)}" if s.name else ""
         self._line(
             f"following session {s.session_id}{name} · {s.status} · {s.head_seq} frame(s) "
             f"in the log · as edge {w.participant_id[:12]}"

@@ -42,7 +42,7 @@ from protocol.frames import (
 )
 
 from .auth import new_api_key
-from .config import Settings, add_serve_arguments, settings_from_args
+from .config import ConfigError, Settings, add_serve_arguments, settings_from_args
 
 __all__ = [
     "DemoAgent",
@@ -475,6 +475,9 @@ def _print(text: str) -> None:
 # --- argparse ------------------------------------------------------------------------------
 
 
+_DEMO_SETTINGS = Settings(log_level="warning")  # the demo's own output is what to read
+
+
 def add_demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``demo`` to the ``rawp`` command."""
     demo = sub.add_parser(
@@ -485,8 +488,8 @@ def add_demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "an interaction waiting for an edge's answer, usage after every turn, an occasional "
         "compaction. Prints the URLs, the session id, an API key and the rawp tail command.",
     )
-    add_serve_arguments(demo)
-    demo.set_defaults(log_level="warning", handler=_demo)
+    add_serve_arguments(demo, base=_DEMO_SETTINGS)
+    demo.set_defaults(handler=_demo)
     demo.add_argument("--session", default=None, help="session id (default: demo-<random>)")
     demo.add_argument(
         "--turns", type=int, default=None, metavar="N", help="stop after N turns (default: never)"
@@ -518,7 +521,11 @@ def add_demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _demo(args: argparse.Namespace) -> int:
     from .logs import configure_logging
 
-    settings = settings_from_args(args)
+    try:
+        settings = settings_from_args(args, base=_DEMO_SETTINGS)
+    except ConfigError as exc:
+        print(f"rawp demo: {exc}", file=sys.stderr)
+        return 2
     configure_logging(settings.log_format, settings.log_level)
     if not settings.api_keys:
         settings = dataclasses.replace(settings, api_keys=(f"default:{new_api_key()}",))
