@@ -203,6 +203,7 @@ _REFUSALS: Final[dict[int, type[HandshakeError]]] = {
         ProtocolVersionMismatch,
     )
 }
+_SETTLED_KEPT: Final = 4096  # outcomes kept for a committed() that comes after the answer
 _SENT_TIMES: Final = 4096  # message id -> timestamp of recent own frames (last_sync_timestamp)
 _RECEIVE_LIMIT: Final = 64 << 20  # a backlog may be the buffer capacity plus envelopes
 
@@ -442,6 +443,8 @@ class _Commits:
     def __init__(self) -> None:
         self.futures: dict[str, asyncio.Future[int]] = {}
         self._wire: OrderedDict[str, list[str]] = OrderedDict()
+        # How recently settled frames ended, so a late committed() still gets the answer.
+        self.settled: OrderedDict[str, int | ClientError] = OrderedDict()
 
     def track(self, message_id: str) -> asyncio.Future[int]:
         future = self.futures.get(message_id)
@@ -508,11 +511,18 @@ class _Commits:
         future = self.futures.pop(message_id, None)
         if future is not None and not future.done():
             future.set_result(seq)
+            self._keep(message_id, seq)
 
     def _fail(self, message_id: str, error: ClientError) -> None:
         future = self.futures.pop(message_id, None)
         if future is not None and not future.done():
             future.set_exception(error)
+            self._keep(message_id, error)
+
+    def _keep(self, message_id: str, outcome: int | ClientError) -> None:
+        self.settled[message_id] = outcome
+        if len(self.settled) > _SETTLED_KEPT:
+            self.settled.popitem(last=False)
 
 
 def _retrieve(future: asyncio.Future[int]) -> None:
@@ -1044,6 +1054,7 @@ class RawpClient:
                 self.view.fold(history, "client")
             # Frames the window or the history's size limit shed never reach the master.
             keep = carried | {item.value.message_id for item in self._deferred}
+            keep |= {item.value.message_id for item in self._outgoing.items}
             self._commits.fail_all(keep, FrameLost("shed while disconnected (§7.1.1 buffer)"))
             while self._deferred:
                 item = self._deferred[0]
@@ -1059,7 +1070,7 @@ class RawpClient:
                     f"{lost if lost is not None else 'some'} frame(s) sent while disconnected "
                     f"were lost ({status.policy_applied} buffer)"
                 )
-            keep = {item.value.message_id for item in items}
+            keep = {item.value.message_id for item in (*items, *self._outgoing.items)}
             self._commits.fail_all(keep, FrameLost("shed while disconnected (§7.1.1 buffer)"))
             for item in items:
                 self._commits.wrote(item.value.message_id, [item.value.message_id])
@@ -1273,9 +1284,15 @@ class RawpClient:
         :meth:`send` does; for frames sent with :meth:`post` or a typed helper."""
         message_id = frame if isinstance(frame, str) else frame.message_id
         future = self._commits.futures.get(message_id)
-        if future is None:
-            raise ClientError(f"frame {message_id} is not awaiting the master (settled or unknown)")
-        return await future
+        if future is not None:
+            # shielded: a caller that gives up must not cancel the answer for the others
+            return await asyncio.shield(future)
+        outcome = self._commits.settled.get(message_id)
+        if isinstance(outcome, int):
+            return outcome  # the answer came before this call
+        if outcome is not None:
+            raise outcome
+        raise ClientError(f"frame {message_id} was not sent by this client (or long ago)")
 
     @property
     def in_flight(self) -> int:
@@ -1291,7 +1308,7 @@ class RawpClient:
         """Wait until every frame sent so far is committed; raises the first refusal."""
         async with asyncio.timeout(timeout):
             for future in list(self._commits.futures.values()):
-                await future
+                await asyncio.shield(future)
 
     async def post(self, frame: FrameT) -> FrameT:
         """Send ``frame`` now, or buffer it until the next reattach, without waiting for the
@@ -1310,8 +1327,10 @@ class RawpClient:
             raise InvalidFrame(
                 f"{frame.type} is {len(data)} bytes; the master accepts {self._max_frame_bytes}"
             )
-        self._commits.track(frame.message_id)
         async with self._send_lock:
+            # tracked under the lock: a reattach in progress (which holds it) settles only
+            # what was sent before it
+            self._commits.track(frame.message_id)
             ws = self._ws
             if self._live and ws is not None:
                 try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -164,3 +165,32 @@ async def test_a_frame_sent_while_disconnected_is_committed_after_the_reattach(
         entries = await master.store.read(sid, after_seq=seq - 1, limit=1)
         assert entries[0].type == "session.history"
         assert delta.message_id.encode() in entries[0].data
+
+
+async def test_committed_after_the_answer_still_returns_the_seq(master: Master) -> None:
+    """committed() asked once the ack is in returns the kept seq (and a refusal is kept too)."""
+    sid = "s-ack-late"
+    async with _agent(master, sid) as agent:
+        turn = await agent.turn_start()
+        await agent.flush(timeout=10)
+        assert agent.unsettled == 0
+        assert await agent.committed(turn) == await _log_seq(master, sid, turn.message_id)
+        wrong = await agent.turn_start()  # a second turn.start while one is open: refused
+        with pytest.raises(FrameRefused):
+            await agent.flush(timeout=10)
+        with pytest.raises(FrameRefused):
+            await agent.committed(wrong)
+
+
+async def test_a_send_given_up_on_does_not_cancel_the_answer(master: Master) -> None:
+    """A caller's timeout around send() leaves the frame's answer to flush() and others."""
+    sid = "s-ack-cancel"
+    async with _agent(master, sid) as agent:
+        turn = F.TurnStart(
+            payload=F.TurnStartPayload(turn_id=new_turn_id(), turn_index=0), **agent.envelope()
+        )
+        waiting = asyncio.get_running_loop().create_task(agent.send(turn))
+        await asyncio.sleep(0)
+        waiting.cancel()
+        await agent.flush(timeout=10)
+        assert await agent.committed(turn) == await _log_seq(master, sid, turn.message_id)
