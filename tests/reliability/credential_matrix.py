@@ -74,6 +74,7 @@ MATRIX: Final[dict[str, tuple[int | str, ...]]] = {
     "GET /metrics":                     (200,  200,   200,  200,  200,   200,   200,    200,    200,    200),
     "GET /":                            (200,  200,   200,  200,  200,   200,   200,    200,    200,    200),
     "GET /config.json":                 (200,  200,   200,  200,  200,   200,   200,    200,    200,    200),
+    "GET /openapi.json":                (200,  200,   200,  200,  200,   200,   200,    200,    200,    200),
 }
 # fmt: on
 
@@ -123,6 +124,7 @@ ROUTES: Final[dict[str, Request]] = {
     "GET /metrics": Request("http", "GET", "/metrics"),
     "GET /": Request("http", "GET", "/"),
     "GET /config.json": Request("http", "GET", "/config.json"),
+    "GET /openapi.json": Request("http", "GET", "/openapi.json"),
 }
 
 # Routes served by the master that take no credential and hold nothing a credential guards.
