@@ -545,10 +545,14 @@ class Session:
     def _flush_outboxes(self) -> None:
         self._flush_scheduled = False
         started = time.perf_counter()  # not loop.time(): uvloop caches it per iteration
-        if self._acks_due:
-            self._post_acks()
         for q in self.participants.values():
             q.outbox.flush()
+        if self._acks_due:
+            # After the recipients' writes: an ack never delays the frames it acknowledges.
+            acked = list(self._acks_due)
+            self._post_acks()
+            for q in acked:
+                q.outbox.flush()
         self._flush_end = time.perf_counter()
         self._flush_cost = min(self._flush_end - started, _MAX_FLUSH_WAIT)
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from protocol import frames as F
-from protocol.client import FrameRefused, RawpClient
+from protocol.client import ConnectionStatus, FrameRefused, RawpClient
 from relay.server import Master
 from tests.e2e.conftest import API_KEY
 from tests.support.clients import FAST, wait_until
@@ -155,12 +155,20 @@ async def test_a_frame_sent_while_disconnected_is_committed_after_the_reattach(
     async with _agent(master, sid) as agent:
         turn = await agent.turn_start()
         await agent.committed(turn)
-        agent.abort_connection()
-        await wait_until(lambda: not agent.connected, what="the client noticed the drop")
         delta = F.TextDelta(
-            payload=F.TextDeltaPayload(block_id="b1", delta="while away"), **agent._envelope()
+            payload=F.TextDeltaPayload(block_id="b1", delta="while away"), **agent.envelope()
         )
-        seq = await agent.send(delta)
+        sending: list[asyncio.Task[int]] = []
+
+        def on_status(status: ConnectionStatus) -> None:
+            # sent at the moment the client knows it is disconnected: it must be buffered
+            if status is ConnectionStatus.RECONNECTING and not sending:
+                sending.append(asyncio.get_running_loop().create_task(agent.send(delta)))
+
+        agent.add_status_callback(on_status)
+        agent.abort_connection()
+        await wait_until(lambda: bool(sending), what="the client noticed the drop")
+        seq = await sending[0]
         # it travelled inside the reattach session.history: that entry's seq
         entries = await master.store.read(sid, after_seq=seq - 1, limit=1)
         assert entries[0].type == "session.history"
