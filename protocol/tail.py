@@ -320,8 +320,12 @@ def add_tail_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         "drop and resumes where it was.",
     )
     tail.add_argument("session", metavar="SESSION", help="the session id")
+    default_url = os.environ.get("RAWP_WS_URL")
     tail.add_argument(
-        "--ws-url", required=True, help="the master's WebSocket URL (ws://HOST:PORT/v1/ws)"
+        "--ws-url",
+        required=default_url is None,
+        default=default_url,
+        help="the master's WebSocket URL, ws://HOST:PORT/v1/ws (default: $RAWP_WS_URL)",
     )
     default_token = os.environ.get("RAWP_API_KEY")
     tail.add_argument(
@@ -334,10 +338,18 @@ def add_tail_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         "--from-start", action="store_true", help="print the whole log first, then follow"
     )
     tail.add_argument(
-        "--max-frames", type=int, default=None, metavar="N", help="exit after N session frames"
+        "--max-frames",
+        type=int,
+        default=None,
+        metavar="N",
+        help="exit after N session frames (default: follow until the session ends)",
     )
     tail.add_argument(
-        "--timeout", type=float, default=None, metavar="SECONDS", help="exit after SECONDS"
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="exit after SECONDS (default: no limit)",
     )
     tail.set_defaults(handler=_tail)
 

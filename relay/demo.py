@@ -499,23 +499,39 @@ def add_demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="one bounded session (--turns, default 3), then delete it and exit",
     )
-    demo.add_argument("--pace", type=float, default=0.04, metavar="SECONDS", help="between deltas")
-    demo.add_argument("--pause", type=float, default=2.0, metavar="SECONDS", help="between turns")
+    demo.add_argument(
+        "--pace",
+        type=float,
+        default=0.04,
+        metavar="SECONDS",
+        help="pause between streamed deltas (default: %(default)s)",
+    )
+    demo.add_argument(
+        "--pause",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="pause between turns (default: %(default)s)",
+    )
     demo.add_argument(
         "--interaction-timeout",
         type=float,
         default=20.0,
         metavar="SECONDS",
-        help="how long a question waits for an edge's answer before the agent goes on",
+        help="how long a question waits for an edge's answer before the agent withdraws it "
+        "and goes on (default: %(default)s)",
     )
     demo.add_argument(
         "--wait-for-edge",
         type=float,
         default=0.0,
         metavar="SECONDS",
-        help="before the first turn, wait up to SECONDS for a watcher (edge) to attach",
+        help="before the first turn, wait up to SECONDS for a watcher (edge) to attach "
+        "(default: %(default)s: do not wait)",
     )
-    demo.add_argument("--seed", type=int, default=None, help="seed for the simulated numbers")
+    demo.add_argument(
+        "--seed", type=int, default=None, help="seed for the simulated numbers (default: random)"
+    )
 
 
 def _demo(args: argparse.Namespace) -> int:
