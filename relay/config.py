@@ -501,7 +501,10 @@ def settings_from_args(
             value = getattr(args, option.dest, getattr(settings, option.dest))
             changes[option.dest] = tuple(value) if option.kind == "list" else value
     known = {f.name for f in fields(Settings)}
-    return replace(settings, **{k: v for k, v in changes.items() if k in known})
+    resolved = replace(settings, **{k: v for k, v in changes.items() if k in known})
+    if resolved.tls_key and not resolved.tls_cert:
+        raise ConfigError("--tls-key needs --tls-cert (the certificate the key belongs to)")
+    return resolved
 
 
 def _read_file(path: Path) -> dict[str, Any]:

@@ -20,6 +20,7 @@ start leaves nothing half-started.
 from __future__ import annotations
 
 import errno
+import os
 import ssl
 import urllib.parse
 from typing import Final
@@ -99,7 +100,9 @@ def store_unknown(exc: ValueError) -> StartupError:
 def tls_error(cert: str, key: str | None, exc: BaseException) -> StartupError:
     """The TLS certificate or key could not be loaded."""
     if isinstance(exc, FileNotFoundError):
-        missing = exc.filename or (key if key and cert in str(exc) else cert)
+        # ssl does not say which of the two it could not open: look
+        absent = [path for path in (cert, key) if path and not os.path.exists(path)]
+        missing = exc.filename or (absent[0] if absent else cert)
         flag = "--tls-key" if missing == key else "--tls-cert"
         text = (
             f"TLS file not found: {missing} ({flag}); give the path of a PEM file, or leave "

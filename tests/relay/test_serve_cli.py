@@ -120,6 +120,33 @@ async def test_missing_tls_file_is_one_line_with_exit_6(tmp_path: Path) -> None:
     assert "--tls-cert" in lines[0]
 
 
+async def test_a_missing_tls_key_is_named(tmp_path: Path) -> None:
+    """The certificate exists, its key does not: the line names the key and --tls-key."""
+    import trustme
+
+    cert = trustme.CA().issue_cert("127.0.0.1")
+    cert_file = tmp_path / "cert.pem"
+    cert.cert_chain_pems[0].write_to_path(str(cert_file))
+    missing = tmp_path / "key.pem"
+    code, lines = await serve_fails(
+        "--tls-cert", str(cert_file), "--tls-key", str(missing), "--ws-port", "0",
+        "--http-port", "0",
+    )  # fmt: skip
+    assert code == EXIT_TLS
+    assert len(lines) == 1, lines
+    assert str(missing) in lines[0]
+    assert "--tls-key" in lines[0]
+
+
+def test_a_store_password_is_not_shown() -> None:
+    """The unreachable-store line hides the password of the store URL."""
+    from relay.startup import store_unreachable
+
+    line = store_unreachable("redis://:s3cret@127.0.0.1:1/0", OSError("refused")).message
+    assert "s3cret" not in line
+    assert "redis://***@127.0.0.1:1/0" in line
+
+
 async def test_invalid_values_are_refused_clearly() -> None:
     """--log-level verbose and RAWP_LOG_LEVEL=verbose are refused with exit 2, naming it."""
     code, lines = await serve_fails("--log-level", "verbose")
@@ -172,6 +199,12 @@ def test_flags_beat_env_beat_file_beat_defaults(tmp_path: Path) -> None:
     # --config on the command line, and a repeated list flag replacing the file's list
     args = _parse(["--config", str(config), "--api-key", "a:1", "--api-key", "b:2"])
     assert settings_from_args(args, environ={}).api_keys == ("a:1", "b:2")
+
+
+def test_a_key_without_its_certificate_is_refused() -> None:
+    """--tls-key alone would be ignored silently: it is refused instead."""
+    with pytest.raises(ConfigError, match="--tls-key needs --tls-cert"):
+        settings_from_args(_parse(["--tls-key", "k.pem"]), environ={})
 
 
 def test_bad_values_and_unknown_file_keys_name_their_source(tmp_path: Path) -> None:
