@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import json
 import random
 import secrets
 import shlex
@@ -318,9 +319,9 @@ class DemoAgent:
             default = options[0] if options else "ok"
             return (
                 f"(No answer within {self.options.interaction_timeout:g} s, so I went with "
-                f"{default!r}.) "
+                f"{_shown(default)}.) "
             )
-        return f"(You answered {response!r}.) "
+        return f"(You answered {_shown(response)}.) "
 
     async def _usage(self, turn_id: str, prompt: str, *, answer: str) -> None:
         input_tokens = self._context + len(prompt) // 4 + self._rng.randint(200, 900)
@@ -444,7 +445,7 @@ async def _drive(
             prompt = await asyncio.wait_for(agent.prompts.get(), 30)
             if prompt != task.prompt:  # a real person typed something: answer that instead
                 task = dataclasses.replace(
-                    task, prompt=prompt, answer=f"You asked: {prompt!r}. " + task.answer
+                    task, prompt=prompt, answer=f"You asked: {_shown(prompt)}. " + task.answer
                 )
             stop = await agent.run_turn(prompt, task, index)
             say(f"turn {index + 1} done ({stop})")  # numbered from 1, as tail and dashboard
@@ -466,6 +467,11 @@ async def _drive(
             await listener
         await user.close()
         await agent_client.close()
+
+
+def _shown(value: Any) -> str:
+    """A value as a person reads it in the transcript: JSON (true, "text"), not a repr."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _print(text: str) -> None:
