@@ -24,6 +24,12 @@ What the client does on its own:
   frame and folded into :attr:`RawpClient.view`).
 * **Acknowledgements**: ``connection.ack`` after every ``ack_every`` frames received and after
   ``ack_interval`` seconds without one, so the master keeps the cursor too.
+* **Commits** (notes §16.3): the master acknowledges what it committed of ours with its own
+  cumulative ``connection.ack {last_seq, last_message_id}`` and names a refused frame in its
+  ``session.error``'s ``ref_message_id``. :meth:`RawpClient.send` waits for that answer (the
+  seq, or :class:`FrameRefused`); the typed helpers and :meth:`RawpClient.post` return at once
+  and :meth:`RawpClient.committed` / :meth:`RawpClient.flush` wait later. Acknowledged frames
+  leave the in-flight window, so a reattach resends only what the master may lack.
 * **Reconnect** with exponential backoff and full jitter (:class:`Backoff`) after any close
   but a refusal (4400, 4401, 4403, 4404, 4409, 4410, 4426), a normal end (1000: the session
   was deleted) or :meth:`RawpClient.close`. The view is finalized locally when the connection
@@ -57,13 +63,14 @@ import asyncio
 import contextlib
 import datetime as _dt
 import enum
+import logging
 import os
 import random
 import ssl
 import tempfile
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -114,6 +121,8 @@ from .frames import (
     HelloPayload,
     History,
     HistoryPayload,
+    InteractionCancel,
+    InteractionCancelPayload,
     InteractionRequest,
     InteractionRequestPayload,
     InteractionResponse,
@@ -161,6 +170,9 @@ __all__ = [
     "ClientSnapshot",
     "ConnectRefused",
     "ConnectionStatus",
+    "Delivered",
+    "FrameLost",
+    "FrameRefused",
     "RawpClient",
     "ReconnectExhausted",
     "SavedBuffer",
@@ -168,6 +180,8 @@ __all__ = [
     "run",
     "save_snapshot",
 ]
+
+log = logging.getLogger("rawp.client")
 
 T = TypeVar("T")
 FrameT = TypeVar("FrameT", bound=Frame)
@@ -189,6 +203,7 @@ _REFUSALS: Final[dict[int, type[HandshakeError]]] = {
         ProtocolVersionMismatch,
     )
 }
+_SETTLED_KEPT: Final = 4096  # outcomes kept for a committed() that comes after the answer
 _SENT_TIMES: Final = 4096  # message id -> timestamp of recent own frames (last_sync_timestamp)
 _RECEIVE_LIMIT: Final = 64 << 20  # a backlog may be the buffer capacity plus envelopes
 
@@ -206,6 +221,26 @@ class ClientClosed(ClientError):
 
 class ReconnectExhausted(ClientError):
     """The master could not be reached within :attr:`Backoff.max_attempts` attempts."""
+
+
+class FrameRefused(ClientError):
+    """The master refused a frame we sent: its ``session.error`` names it (notes §16.3).
+
+    ``code`` is the error code (``turn_state``, ``rate_limited``, …), ``error`` the
+    ``session.error`` frame itself.
+    """
+
+    def __init__(self, error: SessionError) -> None:
+        p = error.payload
+        super().__init__(f"{p.error_code}: {p.message}")
+        self.code = p.error_code
+        self.error = error
+        self.message_id = p.ref_message_id
+
+
+class FrameLost(ClientError):
+    """A frame made while disconnected never reached the master: the outgoing buffer (its
+    policy and byte capacity, §7.1.1) or the in-flight window shed it."""
 
 
 class ConnectRefused(ClientError):
@@ -256,6 +291,20 @@ class ConnectionStatus(enum.Enum):
     CONNECTED = "connected"
     RECONNECTING = "reconnecting"
     CLOSED = "closed"
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """One frame as :meth:`RawpClient.frames` yields it.
+
+    ``replayed`` is True for a frame that arrived inside a ``session.history`` (§7.1.1): the
+    master's backlog on (re)attach, or an agent's reattach history; ``history`` is then that
+    History frame. Live frames have ``replayed`` False and no ``history``.
+    """
+
+    frame: Frame | GenericFrame
+    replayed: bool = False
+    history: History | None = None
 
 
 # --- persistence ---------------------------------------------------------------------------
@@ -381,6 +430,106 @@ class _Outgoing:
         return outgoing
 
 
+class _Commits:
+    """Which of our frames the master has committed or refused (notes §16.3), sans I/O.
+
+    ``_wire`` lists, in the order they were written to the current connection, the frames the
+    master has not acknowledged yet: a live frame carries itself, a ``session.history`` the
+    frames inside it. A cumulative ack settles the front of that list up to the frame it
+    names; a refusal settles the frame it names. Each tracked frame has a future that
+    :meth:`RawpClient.send` and :meth:`RawpClient.committed` wait on.
+    """
+
+    def __init__(self) -> None:
+        self.futures: dict[str, asyncio.Future[int]] = {}
+        self._wire: OrderedDict[str, list[str]] = OrderedDict()
+        # How recently settled frames ended, so a late committed() still gets the answer.
+        self.settled: OrderedDict[str, int | ClientError] = OrderedDict()
+
+    def track(self, message_id: str) -> asyncio.Future[int]:
+        future = self.futures.get(message_id)
+        if future is None:
+            future = asyncio.get_running_loop().create_future()
+            # Nobody may await it (a typed helper's frame): the refusal also reaches the
+            # stream as a session.error, so an unread exception is not worth a warning.
+            future.add_done_callback(_retrieve)
+            self.futures[message_id] = future
+        return future
+
+    def wrote(self, wire_id: str, carried: list[str]) -> None:
+        """``wire_id`` left on the socket carrying the frames ``carried``."""
+        self._wire[wire_id] = carried
+
+    def new_connection(self) -> None:
+        """What was written to a dead socket is settled by the next welcome and history."""
+        self._wire.clear()
+
+    def acked(self, last_message_id: str, last_seq: int) -> str | None:
+        """A cumulative ack; returns the newest frame it settled (None: it names nothing)."""
+        if last_message_id not in self._wire:
+            return None
+        newest: str | None = None
+        while self._wire:
+            wire_id, carried = self._wire.popitem(last=False)
+            for message_id in carried:
+                self._resolve(message_id, last_seq)
+                newest = message_id
+            if wire_id == last_message_id:
+                break
+        return newest
+
+    def received_through(self, message_id: str, seq: int, pending: list[str]) -> None:
+        """The welcome says the master has ``message_id``: every earlier frame of ``pending``
+        (our unsettled frames in send order) is committed too, at or before ``seq``."""
+        if message_id not in pending:
+            return
+        for tracked in pending:
+            self._resolve(tracked, seq)
+            if tracked == message_id:
+                return
+
+    def refused(self, error: SessionError) -> bool:
+        """A refusal naming one of ours (a live frame, a history or a frame inside one)."""
+        ref = error.payload.ref_message_id
+        if ref is None:
+            return False
+        carried = self._wire.pop(ref, None)
+        targets = carried if carried is not None else [ref]
+        for message_id in targets:
+            self._fail(message_id, FrameRefused(error))
+            for others in self._wire.values():
+                if message_id in others:
+                    others.remove(message_id)
+        return bool(targets)
+
+    def fail_all(self, keep: set[str], error: ClientError) -> None:
+        """Fail every unsettled frame not in ``keep`` (lost, or the client ended)."""
+        for message_id in [m for m in self.futures if m not in keep]:
+            self._fail(message_id, error)
+
+    def _resolve(self, message_id: str, seq: int) -> None:
+        future = self.futures.pop(message_id, None)
+        if future is not None and not future.done():
+            future.set_result(seq)
+            self._keep(message_id, seq)
+
+    def _fail(self, message_id: str, error: ClientError) -> None:
+        future = self.futures.pop(message_id, None)
+        if future is not None and not future.done():
+            future.set_exception(error)
+            self._keep(message_id, error)
+
+    def _keep(self, message_id: str, outcome: int | ClientError) -> None:
+        self.settled[message_id] = outcome
+        if len(self.settled) > _SETTLED_KEPT:
+            self.settled.popitem(last=False)
+
+
+def _retrieve(future: asyncio.Future[int]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 class _End:
     """Marks the end of the incoming stream (kept at its tail once reached)."""
 
@@ -452,6 +601,8 @@ class RawpClient:
         self.ping_interval = ping_interval
         self.ping_timeout = ping_timeout
         self.on_status = on_status
+        self._status_callbacks: list[Callable[[ConnectionStatus], None]] = []
+        self.last_connect_error: BaseException | None = None
         self.participant_id = participant_id
         self.generation = 0
         self.epoch: str | None = None
@@ -488,6 +639,7 @@ class RawpClient:
         self._deleted = False
         self._received_since_ack = 0
         self._acked = 0
+        self._commits = _Commits()
         if self.state_path is not None and self.state_path.exists():
             self._restore(load_snapshot(self.state_path))
 
@@ -602,6 +754,21 @@ class RawpClient:
         self._status_changed = asyncio.Event()
         if self.on_status is not None:
             self.on_status(status)
+        for callback in tuple(self._status_callbacks):
+            callback(status)
+
+    def add_status_callback(
+        self, callback: Callable[[ConnectionStatus], None]
+    ) -> Callable[[], None]:
+        """Call ``callback(status)`` on every connection status change (besides
+        ``on_status``); returns a function that removes it again."""
+        self._status_callbacks.append(callback)
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError):
+                self._status_callbacks.remove(callback)
+
+        return remove
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -617,17 +784,34 @@ class RawpClient:
     ) -> None:
         await self.close()
 
-    async def connect(self) -> None:
+    async def connect(
+        self, *, timeout: float | None = None, max_attempts: int | None = None
+    ) -> None:
         """Connect (retrying per :attr:`backoff`), say hello and wait for the welcome.
 
-        Raises the :class:`~protocol.errors.HandshakeError` the master refused with, or
-        :class:`ReconnectExhausted`.
+        By default a master that cannot be reached is retried as :attr:`backoff` says (for
+        ever unless its ``max_attempts`` is set; the first failure is logged as a warning on
+        the ``rawp.client`` logger). ``max_attempts`` and ``timeout`` (seconds, for the whole
+        first connection) make this call fail fast instead; later reconnects follow
+        :attr:`backoff`. Raises the :class:`~protocol.errors.HandshakeError` the master
+        refused with, :class:`ConnectRefused`, or :class:`ReconnectExhausted` (also on
+        ``timeout``).
         """
         if self._closing:
             raise ClientClosed("this client was closed")
         if self._runner is not None:
             return
-        ws = await self._establish(first=True)
+        if max_attempts is not None and max_attempts < 1:
+            raise ValueError("max_attempts must be >= 1")
+        try:
+            async with asyncio.timeout(timeout):
+                ws = await self._establish(first=True, max_attempts=max_attempts)
+        except TimeoutError:
+            self._set_status(ConnectionStatus.CLOSED)
+            cause = f": {self.last_connect_error}" if self.last_connect_error else ""
+            raise ReconnectExhausted(
+                f"could not connect to {self.url} within {timeout:g} s{cause}"
+            ) from self.last_connect_error
         self._runner = asyncio.get_running_loop().create_task(self._run(ws))
 
     async def close(self) -> None:
@@ -658,6 +842,7 @@ class RawpClient:
             ws.transport.abort()
 
     def _end(self, error: BaseException | None) -> None:
+        self._commits.fail_all(set(), ClientClosed("the client ended before the master answered"))
         if not self._ended:
             self._ended = True
             self._incoming.append(_End(error))
@@ -698,7 +883,7 @@ class RawpClient:
             self._closing = True
             self._end(exc)
 
-    async def _establish(self, *, first: bool) -> ClientConnection:
+    async def _establish(self, *, first: bool, max_attempts: int | None = None) -> ClientConnection:
         attempt = 0
         while True:
             if not first or attempt > 0:
@@ -706,18 +891,29 @@ class RawpClient:
                 await asyncio.sleep(self.backoff.delay(attempt, self._rng))
             self._set_status(ConnectionStatus.CONNECTING)
             try:
-                return await self._open()
-            except (HandshakeError, ConnectRefused):
+                ws = await self._open()
+            except (HandshakeError, ConnectRefused) as exc:
+                self.last_connect_error = exc
                 self._set_status(ConnectionStatus.CLOSED)
                 raise
             except (OSError, TimeoutError, ConnectionClosed, InvalidHandshake) as exc:
+                self.last_connect_error = exc
                 attempt += 1
-                limit = self.backoff.max_attempts
+                # The first failure of a series is worth a warning (a wrong port must not
+                # retry in silence); the rest only at debug level, so a long outage is quiet.
+                level = logging.WARNING if attempt == 1 else logging.DEBUG
+                log.log(level, "could not connect to %s (attempt %d): %s", self.url, attempt, exc)
+                limit = max_attempts if max_attempts is not None else self.backoff.max_attempts
                 if limit is not None and attempt >= limit:
                     self._set_status(ConnectionStatus.CLOSED)
                     raise ReconnectExhausted(
                         f"could not reach {self.url} in {attempt} attempt(s): {exc}"
                     ) from exc
+            else:
+                if attempt > 0:
+                    log.info("connected to %s after %d failed attempt(s)", self.url, attempt)
+                self.last_connect_error = None
+                return ws
 
     async def _open(self) -> ClientConnection:
         try:
@@ -818,8 +1014,17 @@ class RawpClient:
             # Our cursor is from a log this master does not have (its backlog says truncated).
             self.view.reset_cursor(head)
         self._acked = min(self._acked, self.view.last_seq)
+        self._commits.new_connection()
+        received = w.received.last_message_id if w.received is not None else None
+        if received:
+            self._commits.received_through(received, head, self._unsettled())
         self.view.receive(welcome)
         self._push(welcome)
+
+    def _unsettled(self) -> list[str]:
+        """Our frames not yet known committed, in the order they were made."""
+        items = [*self._in_flight.items, *self._outgoing.items, *self._deferred]
+        return [item.value.message_id for item in items]
 
     # --- the reattach history (§7.1.1) ---------------------------------------------------
 
@@ -836,16 +1041,24 @@ class RawpClient:
             self._in_flight.push(item.data, item.value)
         items = [*resend, *buffered]
         if self.role == "client":
+            carried: set[str] = set()
             if self._attached_before or items or status.truncated:
                 history, sent = self._history(items, status, synced)
                 self._pending_status = history.payload.buffer_status
+                carried = {item.value.message_id for item in sent}
+                self._commits.wrote(history.message_id, [item.value.message_id for item in sent])
                 await ws.send(codec.encode(history), text=True)
                 self._pending_status = None
                 for item in sent:
                     self._remember_sent(item.value)
                 self.view.fold(history, "client")
+            # Frames the window or the history's size limit shed never reach the master.
+            keep = carried | {item.value.message_id for item in self._deferred}
+            keep |= {item.value.message_id for item in self._outgoing.items}
+            self._commits.fail_all(keep, FrameLost("shed while disconnected (§7.1.1 buffer)"))
             while self._deferred:
                 item = self._deferred[0]
+                self._commits.wrote(item.value.message_id, [item.value.message_id])
                 await ws.send(item.data, text=True)
                 self._deferred.pop(0)
                 self._remember_sent(item.value)
@@ -857,7 +1070,10 @@ class RawpClient:
                     f"{lost if lost is not None else 'some'} frame(s) sent while disconnected "
                     f"were lost ({status.policy_applied} buffer)"
                 )
+            keep = {item.value.message_id for item in (*items, *self._outgoing.items)}
+            self._commits.fail_all(keep, FrameLost("shed while disconnected (§7.1.1 buffer)"))
             for item in items:
+                self._commits.wrote(item.value.message_id, [item.value.message_id])
                 await ws.send(item.data, text=True)
                 self._remember_sent(item.value)
                 self._fold_own(item.value)
@@ -940,12 +1156,23 @@ class RawpClient:
         except ProtocolError:
             self.undecodable_frames += 1
             return
+        if isinstance(frame, Ack):
+            # notes §16.3: the master committed our frames up to last_message_id
+            p = frame.payload
+            if p.last_message_id is not None:
+                newest = self._commits.acked(p.last_message_id, p.last_seq)
+                if newest is not None:
+                    self._in_flight.discard_through(lambda sent: sent.message_id == newest)
+            return  # a connection frame: neither folded nor yielded
         if frame.seq is not None:
             if frame.seq <= self.view.last_seq:
                 return  # already have it
             self._received_since_ack += 1
         elif isinstance(frame, History):
             self._received_since_ack += 1
+        elif isinstance(frame, SessionError) and frame.payload.ref_message_id is not None:
+            # notes §16.3: it names one of ours; earlier frames are not settled by it
+            self._commits.refused(frame)
         if isinstance(frame, Deleted):
             self._deleted = True
         self.view.receive(frame)
@@ -985,6 +1212,25 @@ class RawpClient:
         self._incoming.popleft()
         return item
 
+    async def frames(self, *, unpack_histories: bool = True) -> AsyncIterator[Delivered]:
+        """Every frame delivered to this client, each as a :class:`Delivered`.
+
+        With ``unpack_histories`` (the default) a ``session.history`` — the backlog of a
+        (re)attach, or an agent's reattach history — is yielded frame by frame, each marked
+        ``replayed``, so a loop that looks at ``agent.text.delta`` sees the replayed ones
+        too; without it the History is yielded whole, as ``async for frame in client`` does.
+        Ends like that iteration (raising what ended the stream abnormally).
+        """
+        while True:
+            frame = await self.receive()
+            if frame is None:
+                return
+            if unpack_histories and isinstance(frame, History):
+                for inner in _unpacked(frame):
+                    yield Delivered(inner, replayed=True, history=frame)
+            else:
+                yield Delivered(frame)
+
     def __aiter__(self) -> RawpClient:
         return self
 
@@ -996,12 +1242,16 @@ class RawpClient:
 
     # --- sending -------------------------------------------------------------------------
 
-    def _envelope(self) -> dict[str, Any]:
+    def envelope(self) -> dict[str, Any]:
+        """Envelope fields for a frame built by hand: a new ``message_id``, this session's
+        id and the current time (``F.TextDelta(payload=..., **client.envelope())``)."""
         return {
             "message_id": codec.new_message_id(),
             "session_id": self.session_id,
             "timestamp": codec.now(),
         }
+
+    _envelope = envelope
 
     def _remember_sent(self, frame: Frame) -> None:
         self._sent_times[frame.message_id] = frame.timestamp
@@ -1016,8 +1266,53 @@ class RawpClient:
         if not isinstance(frame, Renamed | Deleted):
             self.view.fold(frame, self.role)
 
-    async def send(self, frame: FrameT) -> FrameT:
-        """Send ``frame`` now, or buffer it until the next reattach. Returns it.
+    async def send(self, frame: Frame) -> int:
+        """Send ``frame`` and wait until the master committed it; returns its seq.
+
+        notes §16.3. The seq is the one the master's ``connection.ack`` names: the frame's own
+        when it was the last of ours in its delivery step (always so when each send is
+        awaited), else a later one of ours; a frame carried by a reattach history gets the
+        history's seq. While disconnected the frame waits in the outgoing buffer and this
+        waits for the reattach. Raises :class:`FrameRefused` when the master refuses it,
+        :class:`FrameLost` when the buffer sheds it, and what :meth:`post` raises.
+        """
+        await self.post(frame)
+        return await self.committed(frame)
+
+    async def committed(self, frame: Frame | str) -> int:
+        """Wait until the master committed ``frame`` (or the frame of that message id), as
+        :meth:`send` does; for frames sent with :meth:`post` or a typed helper."""
+        message_id = frame if isinstance(frame, str) else frame.message_id
+        future = self._commits.futures.get(message_id)
+        if future is not None:
+            # shielded: a caller that gives up must not cancel the answer for the others
+            return await asyncio.shield(future)
+        outcome = self._commits.settled.get(message_id)
+        if isinstance(outcome, int):
+            return outcome  # the answer came before this call
+        if outcome is not None:
+            raise outcome
+        raise ClientError(f"frame {message_id} was not sent by this client (or long ago)")
+
+    @property
+    def in_flight(self) -> int:
+        """Frames written to a socket whose commit the master has not acknowledged yet."""
+        return len(self._in_flight)
+
+    @property
+    def unsettled(self) -> int:
+        """Frames sent or buffered that the master has not yet committed or refused."""
+        return len(self._commits.futures)
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until every frame sent so far is committed; raises the first refusal."""
+        async with asyncio.timeout(timeout):
+            for future in list(self._commits.futures.values()):
+                await asyncio.shield(future)
+
+    async def post(self, frame: FrameT) -> FrameT:
+        """Send ``frame`` now, or buffer it until the next reattach, without waiting for the
+        master's answer (:meth:`committed` waits for it). Returns ``frame``.
 
         Raises :class:`~protocol.errors.DirectionError` for a type this role may not send,
         :class:`~protocol.errors.InvalidFrame` for a frame larger than the master accepts and
@@ -1033,9 +1328,13 @@ class RawpClient:
                 f"{frame.type} is {len(data)} bytes; the master accepts {self._max_frame_bytes}"
             )
         async with self._send_lock:
+            # tracked under the lock: a reattach in progress (which holds it) settles only
+            # what was sent before it
+            self._commits.track(frame.message_id)
             ws = self._ws
             if self._live and ws is not None:
                 try:
+                    self._commits.wrote(frame.message_id, [frame.message_id])
                     await ws.send(data, text=True)
                 except ConnectionClosed:
                     pass  # the reader will notice; this frame waits in the buffer
@@ -1064,7 +1363,7 @@ class RawpClient:
         payload = TurnStartPayload(
             turn_id=turn_id or str(uuid.uuid4()), turn_index=turn_index, mode=mode
         )
-        return await self.send(TurnStart(payload=payload, **self._envelope()))
+        return await self.post(TurnStart(payload=payload, **self._envelope()))
 
     async def turn_end(
         self,
@@ -1079,7 +1378,7 @@ class RawpClient:
         payload = TurnEndPayload(
             turn_id=turn_id, stop_reason=stop_reason, tool_invocation_count=tool_invocation_count
         )
-        return await self.send(TurnEnd(payload=payload, **self._envelope()))
+        return await self.post(TurnEnd(payload=payload, **self._envelope()))
 
     async def usage(
         self,
@@ -1113,34 +1412,34 @@ class RawpClient:
             turn_id=turn_id,
             context_window=context_window,
         )
-        return await self.send(Usage(payload=payload, **self._envelope()))
+        return await self.post(Usage(payload=payload, **self._envelope()))
 
     async def text_delta(self, block_id: str, delta: str) -> TextDelta:
         """A piece of streamed text."""
         payload = TextDeltaPayload(block_id=block_id, delta=delta)
-        return await self.send(TextDelta(payload=payload, **self._envelope()))
+        return await self.post(TextDelta(payload=payload, **self._envelope()))
 
     async def text_done(self, block_id: str, text: str | None = None) -> TextDone:
         """The text block is complete (``text``: the whole text, optional)."""
         payload = TextDonePayload(block_id=block_id, text=text)
-        return await self.send(TextDone(payload=payload, **self._envelope()))
+        return await self.post(TextDone(payload=payload, **self._envelope()))
 
     async def thinking_delta(self, block_id: str, delta: str) -> ThinkingDelta:
         """A piece of streamed thinking."""
         payload = ThinkingDeltaPayload(block_id=block_id, delta=delta)
-        return await self.send(ThinkingDelta(payload=payload, **self._envelope()))
+        return await self.post(ThinkingDelta(payload=payload, **self._envelope()))
 
     async def thinking_done(self, block_id: str) -> ThinkingDone:
         """The thinking block is complete."""
         payload = ThinkingDonePayload(block_id=block_id)
-        return await self.send(ThinkingDone(payload=payload, **self._envelope()))
+        return await self.post(ThinkingDone(payload=payload, **self._envelope()))
 
     async def tool_request(
         self, call_id: str, tool_name: str, input: dict[str, Any]
     ) -> ToolRequest:
         """The agent calls a tool."""
         payload = ToolRequestPayload(call_id=call_id, tool_name=tool_name, input=input)
-        return await self.send(ToolRequest(payload=payload, **self._envelope()))
+        return await self.post(ToolRequest(payload=payload, **self._envelope()))
 
     async def tool_result(
         self,
@@ -1150,7 +1449,7 @@ class RawpClient:
     ) -> ToolResult:
         """The result of one tool call."""
         payload = ToolResultPayload(call_id=call_id, status=status, output=output)
-        return await self.send(ToolResult(payload=payload, **self._envelope()))
+        return await self.post(ToolResult(payload=payload, **self._envelope()))
 
     async def interaction_request(
         self,
@@ -1163,14 +1462,21 @@ class RawpClient:
         payload = InteractionRequestPayload(
             interaction_id=interaction_id, kind=kind, prompt=prompt, options=options
         )
-        return await self.send(InteractionRequest(payload=payload, **self._envelope()))
+        return await self.post(InteractionRequest(payload=payload, **self._envelope()))
+
+    async def interaction_cancel(
+        self, interaction_id: str, reason: str | None = None
+    ) -> InteractionCancel:
+        """Withdraw a pending interaction (notes §16.4): the agent timed out or moved on."""
+        payload = InteractionCancelPayload(interaction_id=interaction_id, reason=reason)
+        return await self.post(InteractionCancel(payload=payload, **self._envelope()))
 
     async def agent_state(
         self, state: Literal["idle", "thinking", "tool_calling", "responding", "awaiting_input"]
     ) -> AgentState:
         """What the agent is doing."""
         payload = AgentStatePayload(state=state)
-        return await self.send(AgentState(payload=payload, **self._envelope()))
+        return await self.post(AgentState(payload=payload, **self._envelope()))
 
     async def compacted(
         self,
@@ -1189,7 +1495,7 @@ class RawpClient:
             trigger=trigger,
             preserved_elements=preserved_elements,
         )
-        return await self.send(Compacted(payload=payload, **self._envelope()))
+        return await self.post(Compacted(payload=payload, **self._envelope()))
 
     # --- typed helpers: both roles ------------------------------------------------------
 
@@ -1201,7 +1507,7 @@ class RawpClient:
             renamed_by=self.role,
             previous_name=self.view.name or None,
         )
-        return await self.send(Renamed(payload=payload, **self._envelope()))
+        return await self.post(Renamed(payload=payload, **self._envelope()))
 
     async def delete(
         self,
@@ -1209,32 +1515,48 @@ class RawpClient:
     ) -> Deleted:
         """§7.7.1 ``session.deleted``: asks the master to end the session (notes §9)."""
         payload = DeletedPayload(session_id=self.session_id, reason=reason, deleted_by=self.role)
-        return await self.send(Deleted(payload=payload, **self._envelope()))
+        return await self.post(Deleted(payload=payload, **self._envelope()))
 
     async def error(self, error_code: str, message: str, *, fatal: bool = False) -> SessionError:
         """§7.4.1 ``session.error`` (``fatal`` starts the termination procedure)."""
         payload = SessionErrorPayload(error_code=error_code, message=message, fatal=fatal)
-        return await self.send(SessionError(payload=payload, **self._envelope()))
+        return await self.post(SessionError(payload=payload, **self._envelope()))
 
     # --- typed helpers: edge ------------------------------------------------------------
 
     async def user_message(self, text: str) -> UserMessage:
         """User input for the agent."""
         payload = UserMessagePayload(text=text)
-        return await self.send(UserMessage(payload=payload, **self._envelope()))
+        return await self.post(UserMessage(payload=payload, **self._envelope()))
 
     async def interaction_response(self, interaction_id: str, response: Any) -> InteractionResponse:
         """Answer one pending interaction."""
         payload = InteractionResponsePayload(interaction_id=interaction_id, response=response)
-        return await self.send(InteractionResponse(payload=payload, **self._envelope()))
+        return await self.post(InteractionResponse(payload=payload, **self._envelope()))
 
     async def cancel(self, turn_id: str | None = None) -> Cancel:
         """Ask the agent to stop the current turn."""
         payload = CancelPayload(turn_id=turn_id)
-        return await self.send(Cancel(payload=payload, **self._envelope()))
+        return await self.post(Cancel(payload=payload, **self._envelope()))
 
 
 # --- helpers -------------------------------------------------------------------------------
+
+
+def _unpacked(history: History) -> list[Frame | GenericFrame]:
+    """The frames inside ``history``, histories inside it opened too (a backlog holds the
+    agent's logged reattach histories as entries)."""
+    frames: list[Frame | GenericFrame] = []
+    for raw in history.payload.frames:
+        try:
+            inner = codec.decode(raw)
+        except ProtocolError:
+            continue  # what the master logged was checked; tolerate entries of older builds
+        if isinstance(inner, History):
+            frames.extend(_unpacked(inner))
+        else:
+            frames.append(inner)
+    return frames
 
 
 def _create_spec(create: CreateSpec | str | bool | None) -> CreateSpec | None:

@@ -51,6 +51,8 @@ __all__ = [
     "HelloPayload",
     "History",
     "HistoryPayload",
+    "InteractionCancel",
+    "InteractionCancelPayload",
     "InteractionRequest",
     "InteractionRequestPayload",
     "InteractionResponse",
@@ -289,9 +291,16 @@ class WelcomePayload(_Payload):
 
 
 class AckPayload(_Payload):
-    """Cumulative acknowledgement of every seq up to ``last_seq``."""
+    """Cumulative acknowledgement of every seq up to ``last_seq``.
+
+    Both ways (notes §5, §16.3): a participant tells the master what it has received (its
+    cursor; ``last_message_id`` unused), and the master tells a sender what it has committed
+    of theirs: ``last_message_id`` is the sender's latest committed frame, ``last_seq`` its
+    seq, and every earlier frame of theirs on this connection is committed too (or refused).
+    """
 
     last_seq: Seq
+    last_message_id: str | None = None
 
 
 class PresencePayload(_Payload):
@@ -411,6 +420,8 @@ class SessionErrorPayload(_Payload):
     message: str
     fatal: bool
     lost_frame_count: Count | None = None
+    ref_message_id: str | None = None
+    """The ``message_id`` of the frame this error refuses (notes §16.3); absent otherwise."""
 
 
 # --- §7.5 turns --------------------------------------------------------------------------
@@ -517,6 +528,13 @@ class InteractionRequestPayload(_Payload):
     options: list[Any] | None = None
 
 
+class InteractionCancelPayload(_Payload):
+    """The agent withdraws a pending interaction (notes §16.4)."""
+
+    interaction_id: Id
+    reason: str | None = None
+
+
 class InteractionResponsePayload(_Payload):
     """An edge answers one pending interaction."""
 
@@ -552,7 +570,7 @@ class Welcome(Frame, tag="connection.welcome"):
 
 
 class Ack(Frame, tag="connection.ack"):
-    """Cumulative acknowledgement (C, E)."""
+    """Cumulative acknowledgement (C, E: received; M: committed, notes §16.3)."""
 
     payload: AckPayload
 
@@ -659,6 +677,12 @@ class InteractionRequest(Frame, tag="agent.interaction.request"):
     payload: InteractionRequestPayload
 
 
+class InteractionCancel(Frame, tag="agent.interaction.cancel"):
+    """The agent withdraws its question (C; notes §16.4)."""
+
+    payload: InteractionCancelPayload
+
+
 class InteractionResponse(Frame, tag="control.interaction.response"):
     """A person answers (E)."""
 
@@ -696,12 +720,14 @@ ClientFrame: TypeAlias = (
     | ToolRequest
     | ToolResult
     | InteractionRequest
+    | InteractionCancel
 )
 EdgeFrame: TypeAlias = (
     Hello | Ack | Renamed | Deleted | SessionError | InteractionResponse | UserMessage | Cancel
 )
 MasterFrame: TypeAlias = (
     Welcome
+    | Ack
     | Presence
     | History
     | Usage
@@ -735,6 +761,7 @@ AnyFrame: TypeAlias = (
     | ToolRequest
     | ToolResult
     | InteractionRequest
+    | InteractionCancel
     | InteractionResponse
     | UserMessage
     | Cancel

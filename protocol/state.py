@@ -381,6 +381,17 @@ def _interaction_response_apply(state: SessionState, frame: Frame, role: SenderR
     del state.pending_interactions[frame.payload.interaction_id]  # type: ignore[attr-defined]
 
 
+def _interaction_cancel_check(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    iid = frame.payload.interaction_id  # type: ignore[attr-defined]
+    if iid not in state.pending_interactions:
+        raise InteractionStateError(f"interaction {iid} is not pending (unknown or answered)")
+
+
+def _interaction_cancel_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    # notes §16.4: withdrawn like answered; a later response is refused interaction_state.
+    del state.pending_interactions[frame.payload.interaction_id]  # type: ignore[attr-defined]
+
+
 def _refuse_terminated(state: SessionState, frame: Frame, role: SenderRole) -> None:
     raise NotAllowed("the session was deleted; no further frames are accepted")
 
@@ -408,6 +419,7 @@ _ANYTIME: Final[dict[str, Rule]] = {
     "tool.invoke.request": Rule(_tool_request_check, _tool_request_apply),
     "tool.invoke.result": Rule(_tool_result_check, _tool_result_apply),
     "agent.interaction.request": Rule(_interaction_request_check, _interaction_request_apply),
+    "agent.interaction.cancel": Rule(_interaction_cancel_check, _interaction_cancel_apply),
     "control.interaction.response": Rule(_interaction_response_check, _interaction_response_apply),
     "user.message": Rule(_nothing, _nothing),
     "control.cancel": Rule(_nothing, _nothing),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from .frames import (
     Frame,
     GenericFrame,
     History,
+    InteractionCancel,
     InteractionRequest,
     InteractionResponse,
     Presence,
@@ -54,6 +56,11 @@ if TYPE_CHECKING:
 __all__ = ["TailPrinter", "add_tail_parser", "follow"]
 
 _OUTPUT_CHARS: Final = 160
+
+
+def _quoted(text: str) -> str:
+    """A name in double quotes, control characters escaped (JSON's quoting, not repr)."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _short(value: Any, limit: int = _OUTPUT_CHARS) -> str:
@@ -121,9 +128,10 @@ class TailPrinter:
             self._line(f"· {frame.type} (unknown type, relayed untouched)")
         elif isinstance(frame, TurnStart):
             p = frame.payload
-            self._turns[p.turn_id] = p.turn_index
+            # Turns are numbered from 1, as on the dashboard and in exports (turn_index + 1).
+            self._turns[p.turn_id] = p.turn_index + 1
             mode = f" · {p.mode}" if p.mode else ""
-            self._line(f"── turn {p.turn_index}{mode} ──")
+            self._line(f"── turn {p.turn_index + 1}{mode} ──")
         elif isinstance(frame, TurnEnd):
             p_end = frame.payload
             index = self._turns.get(p_end.turn_id, "?")
@@ -157,6 +165,9 @@ class TailPrinter:
             self._line(f"  ? {p_ask.kind}: {p_ask.prompt}{options}")
         elif isinstance(frame, InteractionResponse):
             self._line(f"  ✓ answered: {_short(frame.payload.response)}")
+        elif isinstance(frame, InteractionCancel):
+            reason = f": {_short(frame.payload.reason)}" if frame.payload.reason else ""
+            self._line(f"  ✗ question withdrawn{reason}")
         elif isinstance(frame, UserMessage):
             self._line(f"user: {frame.payload.text}")
         elif isinstance(frame, Usage):
@@ -175,7 +186,7 @@ class TailPrinter:
             self._line(f"· {p_p.role} {p_p.participant_id[:12]} {p_p.state}")
         elif isinstance(frame, Renamed):
             p_r = frame.payload
-            self._line(f"· renamed to {p_r.name!r} by {p_r.renamed_by}")
+            self._line(f"· renamed to {_quoted(p_r.name)} by {p_r.renamed_by}")
         elif isinstance(frame, Deleted):
             p_d = frame.payload
             self._line(f"× session deleted ({p_d.reason}, by {p_d.deleted_by})")
@@ -196,7 +207,7 @@ class TailPrinter:
             self._line(f"… reconnected (resumed: {str(w.resumed).lower()})")
             return
         self._connected_once = True
-        name = f" {s.name!r}" if s.name else ""
+        name = f" {_quoted(s.name)}" if s.name else ""
         self._line(
             f"following session {s.session_id}{name} · {s.status} · {s.head_seq} frame(s) "
             f"in the log · as edge {w.participant_id[:12]}"
@@ -313,18 +324,36 @@ def add_tail_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         "drop and resumes where it was.",
     )
     tail.add_argument("session", metavar="SESSION", help="the session id")
+    default_url = os.environ.get("RAWP_WS_URL")
     tail.add_argument(
-        "--ws-url", required=True, help="the master's WebSocket URL (ws://HOST:PORT/v1/ws)"
+        "--ws-url",
+        required=default_url is None,
+        default=default_url,
+        help="the master's WebSocket URL, ws://HOST:PORT/v1/ws (default: $RAWP_WS_URL)",
     )
-    tail.add_argument("--token", required=True, help="an API key or a session token")
+    default_token = os.environ.get("RAWP_API_KEY")
+    tail.add_argument(
+        "--token",
+        required=default_token is None,
+        default=default_token,
+        help="an API key or a session token (default: $RAWP_API_KEY)",
+    )
     tail.add_argument(
         "--from-start", action="store_true", help="print the whole log first, then follow"
     )
     tail.add_argument(
-        "--max-frames", type=int, default=None, metavar="N", help="exit after N session frames"
+        "--max-frames",
+        type=int,
+        default=None,
+        metavar="N",
+        help="exit after N session frames (default: follow until the session ends)",
     )
     tail.add_argument(
-        "--timeout", type=float, default=None, metavar="SECONDS", help="exit after SECONDS"
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="exit after SECONDS (default: no limit)",
     )
     tail.set_defaults(handler=_tail)
 

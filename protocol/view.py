@@ -56,6 +56,7 @@ from .frames import (
     Frame,
     GenericFrame,
     History,
+    InteractionCancel,
     InteractionRequest,
     InteractionResponse,
     Presence,
@@ -156,15 +157,17 @@ class ToolCallBlock(_Block, tag="tool_call"):
 
 
 class InteractionBlock(_Block, tag="interaction"):
-    """The agent asked a person; answered by an edge or discarded by finalization."""
+    """The agent asked a person; answered by an edge, withdrawn by the agent (notes §16.4)
+    or discarded by finalization."""
 
     interaction_id: str
     interaction_kind: str
     prompt: str
     options: list[Any] | None = None
-    status: Literal["pending", "answered", "discarded"] = "pending"
+    status: Literal["pending", "answered", "withdrawn", "discarded"] = "pending"
     response: Any = None
     synthetic: bool = False
+    withdraw_reason: str | None = None
 
 
 class UserMessageBlock(_Block, tag="user_message"):
@@ -359,6 +362,11 @@ class _Renderer:
             if answered is not None:
                 answered.status = "answered"
                 answered.response = frame.payload.response
+        elif isinstance(frame, InteractionCancel):
+            withdrawn = self._interactions.get(frame.payload.interaction_id)
+            if withdrawn is not None and withdrawn.status == "pending":
+                withdrawn.status = "withdrawn"
+                withdrawn.withdraw_reason = frame.payload.reason
         elif isinstance(frame, AgentState):
             if synthetic:  # §7.8.1: finalization discards pending interactions
                 for ask in self._interactions.values():

@@ -7,11 +7,15 @@ import asyncio
 import contextlib
 import dataclasses
 import gc
+import json
+import os
 import sys
 from collections.abc import Callable
 
+import structlog
+
 from .auth import new_api_key
-from .config import add_serve_arguments, settings_from_args
+from .config import SERVE_DEFAULTS, ConfigError, add_serve_arguments, settings_from_args
 
 __all__ = ["register"]
 
@@ -19,7 +23,7 @@ __all__ = ["register"]
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add this package's subcommands to the ``rawp`` parser."""
     serve = sub.add_parser("serve", help="run the master relay")
-    add_serve_arguments(serve)
+    add_serve_arguments(serve, base=SERVE_DEFAULTS)  # durable by default (notes §16.2)
     serve.set_defaults(handler=_serve)
 
     keys = sub.add_parser("keys", help="manage API keys")
@@ -35,34 +39,80 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from .demo import dashboard_link
     from .logs import configure_logging
     from .server import Master
-    from .store.base import StoreOpenError
+    from .startup import EXIT_BAD_SETTING, StartupError, store_unknown
 
-    settings = settings_from_args(args)
+    try:
+        settings = settings_from_args(args, base=SERVE_DEFAULTS)
+    except ConfigError as exc:
+        return _fail(str(exc), EXIT_BAD_SETTING, json_lines=_json_wanted(args))
     configure_logging(settings.log_format, settings.log_level)
+    json_lines = settings.log_format == "json"
+    dev_key = None
     if not settings.api_keys:
         dev_key = new_api_key()
         settings = dataclasses.replace(settings, api_keys=(f"default:{dev_key}",))
-        print(f"dev API key (workspace 'default'): {dev_key}", file=sys.stderr, flush=True)
-    master = Master(settings)
+    try:
+        master = Master(settings)
+    except ValueError as exc:  # open_store: a scheme this build does not know
+        failure = store_unknown(exc)
+        return _fail(failure.message, failure.exit_code, json_lines=json_lines)
 
     def announce() -> None:
         # What startup made (modules, app, decoders) lives for good: out of the collector's
         # way, full collections stay short (p99.9 latency, make bench ARGS=latency).
         gc.freeze()
+        if dev_key is not None:  # once started: a failed start stays one line
+            if json_lines:
+                structlog.get_logger("rawp.cli").warning(
+                    "dev_api_key", workspace="default", api_key=dev_key
+                )
+            else:
+                print(f"dev API key (workspace 'default'): {dev_key}", file=sys.stderr, flush=True)
         print(f"RAWP master: ws {master.ws_url}  http {master.http_url}", flush=True)
+        if dev_key is not None:  # a key of its own making may be shown; an operator's not
+            print(f"dashboard: {dashboard_link(master.http_url, dev_key)}", flush=True)
+        else:
+            print(f"dashboard: {master.http_url}/ (sign in with an API key)", flush=True)
 
     try:
         with (
             contextlib.suppress(KeyboardInterrupt),
-            asyncio.Runner(loop_factory=event_loop_factory(args.loop)) as runner,
+            asyncio.Runner(loop_factory=event_loop_factory(settings.loop)) as runner,
         ):
             runner.run(master.run_until_signalled(on_started=announce))
-    except StoreOpenError as exc:  # one line naming the file (notes §16.2)
-        print(f"rawp serve: {exc}", file=sys.stderr, flush=True)
-        return 2
+    except StartupError as exc:
+        return _fail(exc.message, exc.exit_code, json_lines=json_lines)
     return 0
+
+
+def _fail(message: str, exit_code: int, *, json_lines: bool = False) -> int:
+    """One line on stderr naming the cause and the fix (issue 15); the exit status.
+
+    In JSON log mode the line is a JSON object too, so stderr stays pure JSON lines.
+    """
+    if json_lines:
+        line = json.dumps(
+            {
+                "event": "startup_failed",
+                "level": "error",
+                "message": message,
+                "exit_code": exit_code,
+            }
+        )
+    else:
+        line = f"rawp serve: {message}"
+    print(line, file=sys.stderr, flush=True)
+    return exit_code
+
+
+def _json_wanted(args: argparse.Namespace) -> bool:
+    """JSON lines were asked for, even if another setting was refused."""
+    return bool(
+        getattr(args, "log_format", None) == "json" or os.environ.get("RAWP_LOG_FORMAT") == "json"
+    )
 
 
 def event_loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:

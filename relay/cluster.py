@@ -633,7 +633,8 @@ class ClusterNode(Node):
                     participant.send_error(
                         StoreUnavailable(
                             f"frame {frame.message_id} was not stored: the store is unavailable"
-                        )
+                        ),
+                        ref_message_id=frame.message_id,
                     )
             return False
 

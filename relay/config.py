@@ -1,37 +1,42 @@
-"""One settings object for the master, built from flags and environment variables."""
+"""One settings object for the master, from flags, ``RAWP_*`` variables and a TOML file.
+
+Every setting is declared once, in :data:`OPTIONS`: its flag, its ``Settings`` field, how a
+value is read and checked, and its help. From that one declaration come the ``rawp serve``
+flag (its help shows the default and the variable), the environment variable
+(``RAWP_`` + the flag in capitals: ``--ws-port`` → ``RAWP_WS_PORT``) and the key of the
+``--config`` TOML file (the flag with underscores: ``ws_port = 9000``). Precedence: a flag
+given on the command line, else the variable, else the file, else the default (issue 15).
+A value that does not parse or check is refused with :class:`ConfigError`, naming where it
+came from; so is an unknown key in the file. Adding a setting = a ``Settings`` field plus
+one :class:`Option` line.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass, field
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Final, Literal
 
 __all__ = [
     "DEFAULT_STORE",
+    "LOG_LEVELS",
+    "OPTIONS",
+    "SERVE_DEFAULTS",
+    "ConfigError",
+    "Option",
     "Settings",
     "add_serve_arguments",
     "parse_duration",
     "settings_from_args",
 ]
 
-DEFAULT_STORE = "sqlite:./rawp-data/rawp.db"
-"""The durable embedded default (notes §16.2); ``memory`` for tests and benchmarks."""
-
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds from ``90``, ``90s``, ``15m``, ``12h`` or ``30d`` (``--archive-retention``)."""
-    value = text.strip().lower()
-    scale = _UNITS.get(value[-1:])
-    number = value[:-1] if scale is not None else value
-    try:
-        seconds = float(number) * (scale or 1.0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 30d, 12h, 90s)") from None
-    if seconds < 0:
-        raise argparse.ArgumentTypeError(f"a duration cannot be negative: {text!r}")
-    return seconds
+DEFAULT_STORE: Final = "sqlite:./rawp-data/rawp.db"
+"""The durable embedded default of ``rawp serve`` (notes §16.2); in-process masters (tests,
+benchmarks) keep ``memory``."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,7 @@ class Settings:
     node_id: str = field(default="")
     node_heartbeat_s: float = 1.0
     node_dead_after_s: float = 5.0
+    loop: str = "auto"
 
     @property
     def scheme(self) -> tuple[str, str]:
@@ -76,93 +82,499 @@ class Settings:
         return ("wss", "https") if self.tls_cert else ("ws", "http")
 
 
-def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of ``rawp serve`` (and of commands that start a master, e.g. ``demo``)."""
-    d = Settings()
-    a = parser.add_argument
-    a("--host", default=d.host, help="interface to listen on (default %(default)s)")
-    a("--ws-port", type=int, default=d.ws_port, help="WebSocket port (0: any free port)")
-    a("--http-port", type=int, default=d.http_port, help="HTTP port (0: any free port)")
-    a(
+class ConfigError(ValueError):
+    """A setting that cannot be used: the message names the setting, where it came from, and
+    what is accepted."""
+
+
+LOG_LEVELS: Final = ("debug", "info", "warning", "error", "critical")
+
+
+# --- value readers: each takes the text (or TOML value) and returns the setting's value ---
+
+
+def _port(value: Any) -> int:
+    port = _integer(value)
+    if not 0 <= port <= 65535:
+        raise ValueError("a port is 0 (any free port) to 65535")
+    return port
+
+
+def _integer(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError("a whole number is needed")
+    if isinstance(value, int):
+        return value
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise ValueError("a whole number is needed") from None
+
+
+def _positive_int(value: Any) -> int:
+    number = _integer(value)
+    if number < 1:
+        raise ValueError("a whole number of at least 1 is needed")
+    return number
+
+
+def _seconds(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError("a number of seconds is needed")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError("a number of seconds is needed") from None
+    if not number > 0:
+        raise ValueError("a number of seconds above 0 is needed")
+    return number
+
+
+def _rate(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError("a number above 0 is needed")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError("a number above 0 is needed") from None
+    if not number > 0:
+        raise ValueError("a number above 0 is needed")
+    return number
+
+
+_DURATION_UNITS: Final = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from ``90``, ``90s``, ``15m``, ``12h`` or ``30d`` (``--archive-retention``)."""
+    text = str(value).strip().lower()
+    scale = _DURATION_UNITS.get(text[-1:])
+    number = text[:-1] if scale is not None else text
+    try:
+        seconds = float(number) * (scale or 1.0)
+    except ValueError:
+        raise ValueError(f"not a duration: {value!r} (e.g. 30d, 12h, 90s)") from None
+    if not seconds >= 0:  # also refuses NaN
+        raise ValueError(f"a duration cannot be negative: {value!r}")
+    return seconds
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("a string is needed")
+    return value
+
+
+def _boolean(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("true or false is needed")
+
+
+def _words(value: Any) -> tuple[str, ...]:
+    """A list: a TOML array, or comma-separated text."""
+    if isinstance(value, list):
+        items = [_text(v) for v in value]
+    elif isinstance(value, str):
+        items = value.split(",")
+    else:
+        raise ValueError("a list (or comma-separated text) is needed")
+    return tuple(item.strip() for item in items if item.strip())
+
+
+def _file(value: Any) -> str:
+    return _text(value)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: its flag, its ``Settings`` field and how its value is read.
+
+    ``kind`` ``value`` takes one value, ``flag`` is a switch, ``list`` may repeat (flags) or be
+    a list (file) / comma-separated (variable). ``hidden`` options have no help line.
+    """
+
+    flag: str
+    dest: str
+    read: Callable[[Any], Any]
+    help: str
+    kind: Literal["value", "flag", "list"] = "value"
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    hidden: bool = False
+
+    @property
+    def env(self) -> str:
+        """``RAWP_`` + the flag in capitals."""
+        return "RAWP_" + self.flag.removeprefix("--").replace("-", "_").upper()
+
+    @property
+    def key(self) -> str:
+        """The key in the TOML file: the flag with underscores."""
+        return self.flag.removeprefix("--").replace("-", "_")
+
+    def parse(self, value: Any) -> Any:
+        """The setting's value from ``value`` (text or TOML); ValueError says what is wrong."""
+        parsed = self.read(value)
+        if self.choices is not None and parsed not in self.choices:
+            raise ValueError(f"{parsed!r} is not one of {', '.join(self.choices)}")
+        return parsed
+
+
+OPTIONS: Final[tuple[Option, ...]] = (
+    Option("--host", "host", _text, "interface to listen on"),
+    Option("--ws-port", "ws_port", _port, "WebSocket port (0: any free port)", metavar="PORT"),
+    Option("--http-port", "http_port", _port, "HTTP port (0: any free port)", metavar="PORT"),
+    Option(
         "--store",
-        default=os.environ.get("RAWP_STORE", DEFAULT_STORE),  # not d.store: that is memory
-        help="sqlite:PATH (default %(default)s; env RAWP_STORE), memory, redis://HOST:PORT/DB",
-    )
-    a(
+        "store",
+        _text,
+        "where sessions are kept: sqlite:PATH (durable, embedded), memory (nothing kept), "
+        "or redis://HOST:PORT/DB (rediss:// with TLS; several nodes)",
+        metavar="URL",
+    ),
+    Option(
         "--archive-retention",
-        type=parse_duration,
-        default=d.archive_retention_s,
+        "archive_retention_s",
+        parse_duration,
+        "purge ended (archived) sessions after this long: 30d, 12h, 90s … (notes §16.1)",
         metavar="DURATION",
-        help="purge ended (archived) sessions after this long (default 30d)",
-    )
-    a("--redis-cluster", action="store_true", help="the --store URL points at a Redis Cluster")
-    a(
+    ),
+    Option(
+        "--redis-cluster", "redis_cluster", _boolean, "the --store URL is a Redis Cluster", "flag"
+    ),
+    Option(
         "--api-key",
-        action="append",
-        default=None,
+        "api_keys",
+        _words,
+        "accept this API key, as [WORKSPACE:]KEY (repeatable; default workspace 'default'; "
+        "none given: a development key is made and printed)",
+        "list",
         metavar="[WORKSPACE:]KEY",
-        help="accept this API key (repeatable; default workspace 'default'; env RAWP_API_KEY)",
-    )
-    a("--reattach-window", type=float, default=d.reattach_window_s, metavar="SECONDS")
-    a("--max-frame-bytes", type=int, default=d.max_frame_bytes)
-    a("--buffer-capacity", type=int, default=d.buffer_capacity, metavar="BYTES")
-    a("--allowed-origins", default="", help="comma-separated origins browsers may connect from")
-    a("--tls-cert", default=None)
-    a("--tls-key", default=None)
-    a("--log-format", choices=("json", "console"), default=d.log_format)
-    a("--log-level", default=d.log_level)
-    a("--hello-timeout", type=float, default=d.hello_timeout_s, metavar="SECONDS")
-    a("--heartbeat-interval", type=float, default=d.heartbeat_interval_s, metavar="SECONDS")
-    a("--heartbeat-timeout", type=float, default=d.heartbeat_timeout_s, metavar="SECONDS")
-    a("--send-queue-bytes", type=int, default=d.send_queue_bytes, metavar="BYTES")
-    a("--rate-frames", type=float, default=d.rate_frames_per_s, metavar="PER_SECOND")
-    a("--rate-bytes", type=float, default=d.rate_bytes_per_s, metavar="PER_SECOND")
-    a("--max-edges-per-session", type=int, default=d.max_edges_per_session)
-    a("--retention", type=int, default=None, metavar="FRAMES", help="keep only the newest N")
-    a("--node-id", default="", help="this node's id in sender stamps (default: random)")
-    # Multi-node liveness (redis store; docs/operations.md). Hidden: tests shorten them.
-    a("--node-heartbeat", type=float, default=d.node_heartbeat_s, help=argparse.SUPPRESS)
-    a(
+    ),
+    Option(
+        "--reattach-window",
+        "reattach_window_s",
+        _seconds,
+        "how long a detached participant may come back before it expires",
+        metavar="SECONDS",
+    ),
+    Option(
+        "--max-frame-bytes",
+        "max_frame_bytes",
+        _positive_int,
+        "largest frame accepted",
+        metavar="BYTES",
+    ),
+    Option(
+        "--buffer-capacity",
+        "buffer_capacity",
+        _positive_int,
+        "largest reattach buffer granted to a participant",
+        metavar="BYTES",
+    ),
+    Option(
+        "--allowed-origins",
+        "allowed_origins",
+        _words,
+        "comma-separated browser origins allowed besides the dashboard's own",
+        metavar="ORIGINS",
+    ),
+    Option(
+        "--tls-cert",
+        "tls_cert",
+        _file,
+        "TLS certificate chain (PEM): serve wss:// and https://",
+        metavar="FILE",
+    ),
+    Option("--tls-key", "tls_key", _file, "TLS private key (PEM) for --tls-cert", metavar="FILE"),
+    Option(
+        "--log-format",
+        "log_format",
+        _text,
+        "log lines as JSON or for a console",
+        choices=("json", "console"),
+    ),
+    Option(
+        "--log-level",
+        "log_level",
+        lambda v: _text(v).lower(),
+        "least important level logged",
+        choices=LOG_LEVELS,
+    ),
+    Option(
+        "--hello-timeout",
+        "hello_timeout_s",
+        _seconds,
+        "how long a new connection may take to say hello (else closed 4408)",
+        metavar="SECONDS",
+    ),
+    Option(
+        "--heartbeat-interval",
+        "heartbeat_interval_s",
+        _seconds,
+        "WebSocket ping interval",
+        metavar="SECONDS",
+    ),
+    Option(
+        "--heartbeat-timeout",
+        "heartbeat_timeout_s",
+        _seconds,
+        "a connection whose pong is this late is closed",
+        metavar="SECONDS",
+    ),
+    Option(
+        "--send-queue-bytes",
+        "send_queue_bytes",
+        _positive_int,
+        "a participant whose unsent frames exceed this is closed as a slow consumer",
+        metavar="BYTES",
+    ),
+    Option(
+        "--rate-frames",
+        "rate_frames_per_s",
+        _rate,
+        "frames per second one connection may send",
+        metavar="PER_SECOND",
+    ),
+    Option(
+        "--rate-bytes",
+        "rate_bytes_per_s",
+        _rate,
+        "bytes per second one connection may send",
+        metavar="PER_SECOND",
+    ),
+    Option(
+        "--max-edges-per-session",
+        "max_edges_per_session",
+        _positive_int,
+        "edges one session may have attached at once",
+        metavar="N",
+    ),
+    Option(
+        "--retention",
+        "retention",
+        _positive_int,
+        "keep only the newest N frames of each session's log (default: all)",
+        metavar="FRAMES",
+    ),
+    Option("--node-id", "node_id", _text, "this node's id in sender stamps (default: random)"),
+    Option(
         "--loop",
+        "loop",
+        _text,
+        "event loop: uvloop when installed (auto) or plain asyncio",
         choices=("auto", "asyncio", "uvloop"),
-        default="auto",
-        help="event loop: uvloop when installed (auto, the default) or plain asyncio",
-    )
-    a("--node-dead-after", type=float, default=d.node_dead_after_s, help=argparse.SUPPRESS)
+    ),
+    # Multi-node liveness (redis store; docs/operations.md). Hidden: tests shorten them.
+    Option("--node-heartbeat", "node_heartbeat_s", _seconds, "", hidden=True),
+    Option("--node-dead-after", "node_dead_after_s", _seconds, "", hidden=True),
+)
+"""Every setting of ``rawp serve``, in help order."""
+
+SERVE_DEFAULTS: Final = Settings(store=DEFAULT_STORE)
+"""The defaults of ``rawp serve``: those of :class:`Settings` but the durable store."""
+
+_GIVEN: Final = "_rawp_given"  # the namespace attribute listing the flags given
 
 
-def settings_from_args(args: argparse.Namespace) -> Settings:
-    """Settings from parsed ``serve`` flags plus the environment."""
-    keys = list(args.api_key or [])
-    env_key = os.environ.get("RAWP_API_KEY")
-    if not keys and env_key:
-        keys.append(env_key)
-    origins = tuple(o.strip() for o in args.allowed_origins.split(",") if o.strip())
-    return Settings(
-        host=args.host,
-        ws_port=args.ws_port,
-        http_port=args.http_port,
-        store=args.store,
-        archive_retention_s=args.archive_retention,
-        redis_cluster=args.redis_cluster,
-        api_keys=tuple(keys),
-        reattach_window_s=args.reattach_window,
-        max_frame_bytes=args.max_frame_bytes,
-        buffer_capacity=args.buffer_capacity,
-        allowed_origins=origins,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        log_format=args.log_format,
-        log_level=args.log_level,
-        hello_timeout_s=args.hello_timeout,
-        heartbeat_interval_s=args.heartbeat_interval,
-        heartbeat_timeout_s=args.heartbeat_timeout,
-        send_queue_bytes=args.send_queue_bytes,
-        rate_frames_per_s=args.rate_frames,
-        rate_bytes_per_s=args.rate_bytes,
-        max_edges_per_session=args.max_edges_per_session,
-        retention=args.retention,
-        node_id=args.node_id,
-        node_heartbeat_s=args.node_heartbeat,
-        node_dead_after_s=args.node_dead_after,
+def _mark(namespace: argparse.Namespace, dest: str) -> None:
+    given: set[str] = getattr(namespace, _GIVEN, None) or set()
+    given.add(dest)
+    setattr(namespace, _GIVEN, given)
+
+
+class _Store(argparse.Action):
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        _mark(namespace, self.dest)
+
+
+class _Append(argparse._AppendAction):
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        if self.dest not in (getattr(namespace, _GIVEN, None) or set()):
+            setattr(namespace, self.dest, [])  # the first one replaces the default
+        super().__call__(parser, namespace, values, option_string)
+        _mark(namespace, self.dest)
+
+
+class _Switch(argparse._StoreTrueAction):
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        super().__call__(parser, namespace, values, option_string)
+        _mark(namespace, self.dest)
+
+
+def _argparse_type(option: Option) -> Callable[[str], Any]:
+    def convert(text: str) -> Any:
+        try:
+            return option.parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = option.dest  # argparse names the type in some messages
+    return convert
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser, base: Settings | None = None) -> None:
+    """The flags of ``rawp serve`` (and of commands that start a master, e.g. ``demo``).
+
+    ``base`` holds the defaults shown and used (the command's own, e.g. the demo logs less).
+    """
+    defaults = base or Settings()
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="read settings from this TOML file (keys as the flags, with underscores: "
+        "ws_port = 9000); flags and RAWP_* variables win over it (env RAWP_CONFIG)",
     )
+    for option in OPTIONS:
+        default = getattr(defaults, option.dest)
+        if option.hidden:
+            help_text: str = argparse.SUPPRESS
+        else:
+            shown = _duration(default) if option.read is parse_duration else _shown(default)
+            help_text = f"{option.help} (default: {shown}; env {option.env})"
+        if option.kind == "flag":
+            parser.add_argument(
+                option.flag, dest=option.dest, action=_Switch, default=default, help=help_text
+            )
+        elif option.kind == "list":
+            parser.add_argument(
+                option.flag,
+                dest=option.dest,
+                action=_Append,
+                default=list(default),
+                metavar=option.metavar,
+                help=help_text,
+            )
+        else:
+            parser.add_argument(
+                option.flag,
+                dest=option.dest,
+                action=_Store,
+                type=_argparse_type(option),
+                default=default,
+                metavar=option.metavar or (None if option.choices else option.dest.upper()),
+                choices=option.choices,
+                help=help_text,
+            )
+
+
+def _duration(seconds: float) -> str:
+    """A duration default as it would be typed (``30d``, ``12h``, ``90s``)."""
+    for unit, scale in (("d", 86400.0), ("h", 3600.0), ("m", 60.0)):
+        if seconds >= scale and (seconds / scale).is_integer():
+            return f"{int(seconds / scale)}{unit}"
+    return f"{seconds:g}s"
+
+
+def _shown(default: Any) -> str:
+    if default is None or default == () or default == "":
+        return "none"
+    if isinstance(default, bool):
+        return "off" if not default else "on"
+    if isinstance(default, tuple):
+        return ", ".join(default)
+    if isinstance(default, float) and default.is_integer():
+        return str(int(default))
+    return str(default)
+
+
+def settings_from_args(
+    args: argparse.Namespace,
+    *,
+    environ: Mapping[str, str] | None = None,
+    base: Settings | None = None,
+) -> Settings:
+    """Settings from parsed flags, then ``RAWP_*`` variables, then the ``--config`` file,
+    then ``base``'s defaults. Raises :class:`ConfigError` for a value that is not usable."""
+    env = os.environ if environ is None else environ
+    given: set[str] = getattr(args, _GIVEN, None) or set()
+    config_path: Path | None = getattr(args, "config", None)
+    if config_path is None and env.get("RAWP_CONFIG"):
+        config_path = Path(env["RAWP_CONFIG"])
+    from_file = _read_file(config_path) if config_path is not None else {}
+    settings = base or Settings()
+    changes: dict[str, Any] = {}
+    for option in OPTIONS:
+        if option.dest in given:
+            value = getattr(args, option.dest)
+            changes[option.dest] = tuple(value) if option.kind == "list" else value
+            continue
+        for source, raw in (
+            (f"{option.env}={env.get(option.env)!r}", env.get(option.env)),
+            (
+                f"{config_path}: {option.key} = {from_file.get(option.key)!r}",
+                from_file.get(option.key),
+            ),
+        ):
+            if raw is None or (isinstance(raw, str) and raw == "" and option.kind != "flag"):
+                continue
+            try:
+                value = option.parse(raw)
+            except ValueError as exc:
+                raise ConfigError(f"{source}: {exc} (see rawp serve --help)") from None
+            changes[option.dest] = tuple(value) if option.kind == "list" else value
+            break
+        else:
+            value = getattr(args, option.dest, getattr(settings, option.dest))
+            changes[option.dest] = tuple(value) if option.kind == "list" else value
+    known = {f.name for f in fields(Settings)}
+    resolved = replace(settings, **{k: v for k, v in changes.items() if k in known})
+    if resolved.tls_key and not resolved.tls_cert:
+        raise ConfigError("--tls-key needs --tls-cert (the certificate the key belongs to)")
+    return resolved
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as source:
+            data = tomllib.load(source)
+    except FileNotFoundError:
+        raise ConfigError(f"--config {path}: no such file") from None
+    except OSError as exc:
+        raise ConfigError(f"--config {path}: cannot read it ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"--config {path}: not valid TOML ({exc})") from None
+    table = data.get("serve", data) if isinstance(data.get("serve"), dict) else data
+    keys = {option.key for option in OPTIONS}
+    unknown = sorted(set(table) - keys - {"serve"})
+    if unknown:
+        raise ConfigError(
+            f"--config {path}: unknown setting(s) {', '.join(unknown)}; known: "
+            + ", ".join(sorted(keys))
+        )
+    return dict(table)
+
+
+def option_for(flag: str, options: Sequence[Option] = OPTIONS) -> Option:
+    """The option of ``flag`` (for tests and docs)."""
+    for option in options:
+        if option.flag == flag:
+            return option
+    raise KeyError(flag)

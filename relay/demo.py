@@ -20,10 +20,12 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import json
 import random
 import secrets
 import shlex
 import sys
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -41,9 +43,17 @@ from protocol.frames import (
 )
 
 from .auth import new_api_key
-from .config import Settings, add_serve_arguments, settings_from_args
+from .config import ConfigError, Settings, add_serve_arguments, settings_from_args
 
-__all__ = ["DemoAgent", "DemoOptions", "Task", "ToolStep", "add_demo_parser", "run_demo"]
+__all__ = [
+    "DemoAgent",
+    "DemoOptions",
+    "Task",
+    "ToolStep",
+    "add_demo_parser",
+    "dashboard_link",
+    "run_demo",
+]
 
 _CONTEXT_CAPACITY: Final = 200_000
 _COST_PER_INPUT_TOKEN: Final = 3e-6  # USD
@@ -301,12 +311,17 @@ class DemoAgent:
             response = await asyncio.wait_for(waiting, self.options.interaction_timeout)
         except TimeoutError:
             self.answers.pop(iid, None)
+            # notes §16.4: withdraw the question, so the session leaves requires_action and
+            # the dashboard drops its buttons
+            await self.client.interaction_cancel(
+                iid, f"no answer within {self.options.interaction_timeout:g} s"
+            )
             default = options[0] if options else "ok"
             return (
                 f"(No answer within {self.options.interaction_timeout:g} s, so I went with "
-                f"{default!r}.) "
+                f"{_shown(default)}.) "
             )
-        return f"(You answered {response!r}.) "
+        return f"(You answered {_shown(response)}.) "
 
     async def _usage(self, turn_id: str, prompt: str, *, answer: str) -> None:
         input_tokens = self._context + len(prompt) // 4 + self._rng.randint(200, 900)
@@ -377,6 +392,15 @@ async def run_demo(
         await master.stop()
 
 
+def dashboard_link(http_url: str, token: str, session_id: str | None = None) -> str:
+    """A dashboard URL that signs in with ``token`` (removed from the address bar on load)
+    and opens ``session_id``."""
+    link = f"{http_url.rstrip('/')}/?{urllib.parse.urlencode({'token': token})}"
+    if session_id:
+        link += f"#/s/{urllib.parse.quote(session_id, safe='')}"
+    return link
+
+
 async def _drive(
     ws_url: str, http_url: str, api_key: str, options: DemoOptions, say: Callable[[str], None]
 ) -> int:
@@ -384,7 +408,8 @@ async def _drive(
     tail = shlex.join(["rawp", "tail", sid, "--ws-url", ws_url, "--token", api_key, "--from-start"])
     say("RAWP demo: a master and a simulated agent in this process")
     say(f"  WebSocket  {ws_url}")
-    say(f"  HTTP       {http_url}   (dashboard, REST)")
+    say(f"  HTTP       {http_url}   (REST)")
+    say(f"  dashboard  {dashboard_link(http_url, api_key, sid)}")
     say(f"  session    {sid}")
     say(f"  API key    {api_key}")
     say(f"  follow it  {tail}")
@@ -420,10 +445,10 @@ async def _drive(
             prompt = await asyncio.wait_for(agent.prompts.get(), 30)
             if prompt != task.prompt:  # a real person typed something: answer that instead
                 task = dataclasses.replace(
-                    task, prompt=prompt, answer=f"You asked: {prompt!r}. " + task.answer
+                    task, prompt=prompt, answer=f"You asked: {_shown(prompt)}. " + task.answer
                 )
             stop = await agent.run_turn(prompt, task, index)
-            say(f"turn {index} done ({stop})")
+            say(f"turn {index + 1} done ({stop})")  # numbered from 1, as tail and dashboard
             index += 1
             if turns is None or index < turns:
                 await asyncio.sleep(options.pause)
@@ -444,11 +469,21 @@ async def _drive(
         await agent_client.close()
 
 
+def _shown(value: Any) -> str:
+    """A value as a person reads it in the transcript: JSON (true, "text"), not a repr."""
+    return json.dumps(value, ensure_ascii=False)
+
+
 def _print(text: str) -> None:
     print(text, flush=True)
 
 
 # --- argparse ------------------------------------------------------------------------------
+
+
+# The demo's own output is what to read; and a demo is throwaway: in memory (Settings'
+# default) unless --store says otherwise.
+_DEMO_SETTINGS = Settings(log_level="warning")
 
 
 def add_demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -461,9 +496,8 @@ def add_demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "an interaction waiting for an edge's answer, usage after every turn, an occasional "
         "compaction. Prints the URLs, the session id, an API key and the rawp tail command.",
     )
-    add_serve_arguments(demo)
-    # A demo is throwaway: in memory unless --store says otherwise.
-    demo.set_defaults(log_level="warning", store="memory", handler=_demo)
+    add_serve_arguments(demo, base=_DEMO_SETTINGS)
+    demo.set_defaults(handler=_demo)
     demo.add_argument("--session", default=None, help="session id (default: demo-<random>)")
     demo.add_argument(
         "--turns", type=int, default=None, metavar="N", help="stop after N turns (default: never)"
@@ -473,29 +507,49 @@ def add_demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="one bounded session (--turns, default 3), then delete it and exit",
     )
-    demo.add_argument("--pace", type=float, default=0.04, metavar="SECONDS", help="between deltas")
-    demo.add_argument("--pause", type=float, default=2.0, metavar="SECONDS", help="between turns")
+    demo.add_argument(
+        "--pace",
+        type=float,
+        default=0.04,
+        metavar="SECONDS",
+        help="pause between streamed deltas (default: %(default)s)",
+    )
+    demo.add_argument(
+        "--pause",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="pause between turns (default: %(default)s)",
+    )
     demo.add_argument(
         "--interaction-timeout",
         type=float,
         default=20.0,
         metavar="SECONDS",
-        help="how long a question waits for an edge's answer before the agent goes on",
+        help="how long a question waits for an edge's answer before the agent withdraws it "
+        "and goes on (default: %(default)s)",
     )
     demo.add_argument(
         "--wait-for-edge",
         type=float,
         default=0.0,
         metavar="SECONDS",
-        help="before the first turn, wait up to SECONDS for a watcher (edge) to attach",
+        help="before the first turn, wait up to SECONDS for a watcher (edge) to attach "
+        "(default: %(default)s: do not wait)",
     )
-    demo.add_argument("--seed", type=int, default=None, help="seed for the simulated numbers")
+    demo.add_argument(
+        "--seed", type=int, default=None, help="seed for the simulated numbers (default: random)"
+    )
 
 
 def _demo(args: argparse.Namespace) -> int:
     from .logs import configure_logging
 
-    settings = settings_from_args(args)
+    try:
+        settings = settings_from_args(args, base=_DEMO_SETTINGS)
+    except ConfigError as exc:
+        print(f"rawp demo: {exc}", file=sys.stderr)
+        return 2
     configure_logging(settings.log_format, settings.log_level)
     if not settings.api_keys:
         settings = dataclasses.replace(settings, api_keys=(f"default:{new_api_key()}",))

@@ -46,18 +46,21 @@ def _escaped(value: object) -> object:
 
 
 def configure_logging(fmt: str = "console", level: str = "info") -> None:
-    """Configure structlog (and the stdlib loggers it routes) once per process."""
+    """Configure structlog, and route the stdlib loggers (websockets, aiohttp, redis, the
+    client library) through the same renderer: in JSON mode every line on stderr is one JSON
+    object (issue 15), whoever logged it."""
     numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()
         if fmt == "json"
         else structlog.dev.ConsoleRenderer(colors=False)
     )
+    timestamper = structlog.processors.TimeStamper(fmt="iso", utc=True)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            timestamper,
             structlog.processors.format_exc_info,
             escape_controls,
             renderer,
@@ -66,4 +69,24 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
-    logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                structlog.stdlib.add_logger_name,
+                structlog.processors.add_log_level,
+                timestamper,
+            ],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                renderer,
+            ],
+        )
+    )
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    # Libraries' chatter below WARNING stays out unless asked for with --log-level debug.
+    root.setLevel(numeric if numeric <= logging.DEBUG else max(numeric, logging.WARNING))

@@ -20,12 +20,15 @@ import structlog
 from aiohttp import web
 from websockets.asyncio.server import Server, serve
 
+from protocol.errors import StoreError
+
 from .config import Settings
 from .http import create_app
 from .http.hardening import HardenedRunner
 from .hub import Hub
+from .startup import listen_error, store_refused, store_unreachable, tls_error
 from .store import open_store
-from .store.base import Store
+from .store.base import Store, StoreOpenError
 from .ws import WebSocketEndpoint
 
 __all__ = ["Master"]
@@ -71,10 +74,27 @@ class Master:
         return f"{self.settings.scheme[1]}://{_host(self.settings.host)}:{self.http_port}"
 
     async def start(self) -> None:
-        """Open the store, then listen (HTTP first, so the dashboard's origin is known)."""
+        """Open the store, then listen (HTTP first, so the dashboard's origin is known).
+
+        Raises :class:`~relay.startup.StartupError` (one line: cause and fix) when the TLS
+        files, the store or a port is not usable, after closing what it had opened.
+        """
         self._stopped = asyncio.Event()
-        await self.hub.start()
-        tls = self._tls()
+        try:
+            await self._start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self._stop(started=False)  # nothing half-started stays behind
+            raise
+
+    async def _start(self) -> None:
+        tls = self._tls()  # before anything opens: a missing file starts nothing
+        try:
+            await self.hub.start()
+        except StoreOpenError as exc:  # reached, but its file is not ours to use
+            raise store_refused(exc) from exc
+        except (StoreError, OSError) as exc:
+            raise store_unreachable(self.settings.store, exc) from exc
         app = create_app(self.hub, ws_url=lambda: self.ws_url)  # [http-api] dashboard's ws URL
         # [trust] header deadline, problem+json for aiohttp's own errors (relay/http/hardening)
         runner = HardenedRunner(
@@ -84,12 +104,28 @@ class Master:
             handle_signals=False,
         )
         await runner.setup()
-        site = web.TCPSite(runner, self.settings.host, self.settings.http_port, ssl_context=tls)
-        await site.start()
         self._http_runner = runner
+        site = web.TCPSite(runner, self.settings.host, self.settings.http_port, ssl_context=tls)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise listen_error(
+                "HTTP", self.settings.host, self.settings.http_port, "--http-port", exc
+            ) from exc
         self.http_port = _bound_port(runner.addresses, self.settings.http_port)
         endpoint = WebSocketEndpoint(self.hub, allowed_origins=self._origins())
-        self._ws_server = await serve(
+        try:
+            self._ws_server = await self._serve_ws(endpoint, tls)
+        except OSError as exc:
+            raise listen_error(
+                "WebSocket", self.settings.host, self.settings.ws_port, "--ws-port", exc
+            ) from exc
+        sock = next(iter(self._ws_server.sockets))
+        self.ws_port = sock.getsockname()[1]
+        log.info("listening", ws=self.ws_url, http=self.http_url, store=self.store.name)
+
+    async def _serve_ws(self, endpoint: WebSocketEndpoint, tls: ssl.SSLContext | None) -> Server:
+        return await serve(
             endpoint.handler,
             self.settings.host,
             self.settings.ws_port,
@@ -104,9 +140,6 @@ class Master:
             ssl=tls,
             server_header="rawp",
         )
-        sock = next(iter(self._ws_server.sockets))
-        self.ws_port = sock.getsockname()[1]
-        log.info("listening", ws=self.ws_url, http=self.http_url, store=self.store.name)
 
     def _origins(self) -> frozenset[str]:
         own = {
@@ -119,7 +152,10 @@ class Master:
         if not self.settings.tls_cert:
             return None
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(self.settings.tls_cert, self.settings.tls_key)
+        try:
+            context.load_cert_chain(self.settings.tls_cert, self.settings.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise tls_error(self.settings.tls_cert, self.settings.tls_key, exc) from exc
         return context
 
     async def stop(self) -> None:
@@ -128,7 +164,7 @@ class Master:
             self._stopping = asyncio.get_running_loop().create_task(self._stop())
         await asyncio.shield(self._stopping)
 
-    async def _stop(self) -> None:
+    async def _stop(self, *, started: bool = True) -> None:
         timeout = self.settings.shutdown_timeout_s
         self.hub.shutting_down = True
         if self._ws_server is not None:
@@ -142,7 +178,8 @@ class Master:
         await self.store.close()
         if self._stopped is not None:
             self._stopped.set()
-        log.info("stopped")
+        if started:
+            log.info("stopped")
 
     async def run_until_signalled(self, on_started: Callable[[], None] | None = None) -> None:
         """Serve until SIGTERM / SIGINT, then shut down in order."""

@@ -41,6 +41,8 @@ from protocol.errors import (
 )
 from protocol.finalize import finalize, plan_history
 from protocol.frames import (
+    Ack,
+    AckPayload,
     BufferGrant,
     Deleted,
     DeletedPayload,
@@ -164,8 +166,18 @@ class Participant:
             self.sink.close(SLOW_CONSUMER, "slow_consumer: send queue over its bound")
         )
 
-    def send_error(self, error: ProtocolError, *, lost_frame_count: int | None = None) -> None:
-        """Send a non-logged ``session.error`` to this participant only."""
+    def send_error(
+        self,
+        error: ProtocolError,
+        *,
+        lost_frame_count: int | None = None,
+        ref_message_id: str | None = None,
+    ) -> None:
+        """Send a non-logged ``session.error`` to this participant only.
+
+        ``ref_message_id`` names the frame the error refuses (notes §16.3); a warning about
+        a frame that was accepted (``usage_missing``) carries none.
+        """
         self.session.hub.metrics.errors.labels(error.code).inc()
         frame = SessionError(
             message_id=codec.new_message_id(),
@@ -177,9 +189,23 @@ class Participant:
                 message=error.message,
                 fatal=error.fatal,
                 lost_frame_count=lost_frame_count,
+                ref_message_id=ref_message_id,
             ),
         )
         self.outbox.put(codec.encode(frame))
+
+    def send_ack(self, entry: LogEntry) -> None:
+        """``connection.ack`` (notes §16.3): ``entry`` is our latest committed frame."""
+        if self.fenced:
+            return
+        frame = Ack(
+            message_id=codec.new_message_id(),
+            session_id=self.session.id,
+            timestamp=codec.now(),
+            sender=self.session.hub.master_sender,
+            payload=AckPayload(last_seq=entry.seq, last_message_id=entry.message_id),
+        )
+        self.outbox.post(codec.encode(frame))
 
 
 @dataclass(slots=True)
@@ -231,6 +257,8 @@ class Session:
         self._flush_end = 0.0  # ... and when it ended (perf_counter)
         self._worker: asyncio.Task[None] | None = None
         self._delivered = 0  # deliveries not yet added to the frames_out metric
+        # notes §16.3: each sender's latest entry committed since the last flush
+        self._acks_due: dict[Participant, LogEntry] = {}
 
     @property
     def worker(self) -> asyncio.Task[None] | None:
@@ -359,7 +387,8 @@ class Session:
                 if act is not None:
                     acts.require(act, participant.role, participant.principal)
             except NotAllowed as exc:
-                participant.send_error(exc)  # non-fatal, not logged, nothing ends
+                # non-fatal, not logged, nothing ends
+                participant.send_error(exc, ref_message_id=frame.message_id)
                 continue
             try:
                 # A delete request is checked, not folded: it is not logged, and folding it
@@ -367,7 +396,7 @@ class Session:
                 judge = check if isinstance(frame, Deleted) else fold
                 warnings = judge(self.state, frame, participant.role)
             except ProtocolError as exc:
-                participant.send_error(exc)
+                participant.send_error(exc, ref_message_id=frame.message_id)
                 continue
             for warning in warnings:
                 participant.send_error(warning)
@@ -462,13 +491,18 @@ class Session:
     def _refuse(self, pending: list[_Pending], cause: BaseException) -> None:
         for p in pending:
             if p.participant is not None:
-                p.participant.send_error(refusal(cause, p.frame.message_id))
+                p.participant.send_error(
+                    refusal(cause, p.frame.message_id), ref_message_id=p.frame.message_id
+                )
 
     def _committed(self, entry: LogEntry, sender: Participant | None) -> None:
         self.head = max(self.head, entry.seq)
         self._remember(entry.message_id)
         if sender is not None:
             sender.record.last_received_message_id = entry.message_id
+            # notes §16.3: one ack per sender per delivery step, sent with the step's flush
+            self._acks_due[sender] = entry
+            self._schedule_flush()
         self.deliver(entry)
 
     def deliver(self, entry: LogEntry) -> None:
@@ -485,7 +519,15 @@ class Session:
             q.outbox.post(data, seq)
             sent += 1
         self._delivered += sent
-        if sent and not self._flush_scheduled:
+        if sent:
+            self._schedule_flush()
+        if not self.listeners:  # nothing listens (no SSE watcher, no other node): no copy
+            return
+        for listener in tuple(self.listeners):
+            listener(entry)
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
             # One flush per session per loop step: every entry delivered in this step goes
             # out in one socket write per recipient, with no writer wake-up when it can.
             # A flush waits as long as the previous one took, so a session with a great
@@ -498,16 +540,24 @@ class Session:
                 loop.call_later(wait, self._flush_outboxes)
             else:
                 loop.call_soon(self._flush_outboxes)
-        if not self.listeners:  # nothing listens (no SSE watcher, no other node): no copy
-            return
-        for listener in tuple(self.listeners):
-            listener(entry)
+
+    def _post_acks(self) -> None:
+        """Queue each sender's ``connection.ack`` for what this step committed of theirs."""
+        acks, self._acks_due = self._acks_due, {}
+        for participant, entry in acks.items():
+            participant.send_ack(entry)
 
     def _flush_outboxes(self) -> None:
         self._flush_scheduled = False
         started = time.perf_counter()  # not loop.time(): uvloop caches it per iteration
         for q in self.participants.values():
             q.outbox.flush()
+        if self._acks_due:
+            # After the recipients' writes: an ack never delays the frames it acknowledges.
+            acked = list(self._acks_due)
+            self._post_acks()
+            for q in acked:
+                q.outbox.flush()
         self._flush_end = time.perf_counter()
         self._flush_cost = min(self._flush_end - started, _MAX_FLUSH_WAIT)
 
@@ -589,7 +639,8 @@ class Session:
                 continue
             if inner.session_id != self.id:
                 participant.send_error(
-                    ProtocolError(f"history frame {inner.message_id} names another session")
+                    ProtocolError(f"history frame {inner.message_id} names another session"),
+                    ref_message_id=inner.message_id,
                 )
                 continue
             if inner.message_id in self._recent or await self.hub.store.message_seq(
@@ -614,11 +665,12 @@ class Session:
         try:
             plan = plan_history(self.state, frames, frame.payload.buffer_status, participant.role)
         except ProtocolError as exc:
-            participant.send_error(exc)
+            participant.send_error(exc, ref_message_id=frame.message_id)
             return
         for refused, error in plan.refused:
             participant.send_error(
-                type(error)(f"history frame {refused.message_id} refused: {error.message}")
+                type(error)(f"history frame {refused.message_id} refused: {error.message}"),
+                ref_message_id=refused.message_id,
             )
         kept = [raw_of[id(f)] for f in plan.accepted]
         entry_frame = History(
@@ -973,6 +1025,9 @@ class Session:
         """Let each attached participant's queued frames out (bounded), fence it, close it
         1000 with ``reason``, and forget it: the end of a deleted session on this node."""
         attached = list(self.participants.values())
+        self._post_acks()  # what was committed before the end is acknowledged before the close
+        for q in attached:
+            q.outbox.flush()
         timeout = self.hub.settings.shutdown_timeout_s
         await asyncio.gather(*(q.outbox.drain(timeout) for q in attached))
         for q in attached:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from http import HTTPStatus
 from typing import Final
 
+import msgspec
 import structlog
 from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
@@ -177,16 +178,19 @@ class WebSocketEndpoint:
                     await participant.outbox.drain(_FLUSH_BEFORE_CLOSE_S)
                     await connection.close(_POLICY, "rate limit exceeded")
                     return
-                participant.send_error(RateLimited("too many frames or bytes per second"))
+                participant.send_error(
+                    RateLimited("too many frames or bytes per second"), ref_message_id=_ref_of(raw)
+                )
                 continue
             try:
                 frame = codec.decode(raw)
             except ProtocolError as exc:
-                participant.send_error(exc)
+                participant.send_error(exc, ref_message_id=_ref_of(raw))
                 continue
             if frame.session_id != session.id:
                 participant.send_error(
-                    InvalidFrame(f"session_id {frame.session_id} is not this connection's session")
+                    InvalidFrame(f"session_id {frame.session_id} is not this connection's session"),
+                    ref_message_id=frame.message_id,
                 )
                 continue
             if isinstance(frame, Ack):
@@ -203,6 +207,23 @@ def close_reason(text: str) -> str:
     """
     data = names.one_line(text).encode()[:_MAX_CLOSE_REASON_BYTES]
     return data.decode(errors="ignore")  # a character cut in half is dropped
+
+
+class _Ref(msgspec.Struct):
+    """Just the ``message_id`` of a frame that is refused before it is decoded."""
+
+    message_id: str | None = None
+
+
+_ref_decoder: Final = msgspec.json.Decoder(_Ref)
+
+
+def _ref_of(raw: bytes) -> str | None:
+    """The refused frame's ``message_id`` for ``ref_message_id`` (notes §16.3), if readable."""
+    try:
+        return _ref_decoder.decode(raw).message_id
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
 
 
 def _forget_upgrade_headers(connection: ServerConnection) -> None:

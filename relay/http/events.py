@@ -83,7 +83,13 @@ class HttpParticipant(Participant):
         super().__init__(session, record, _NoSocket(), principal, send_queue_bytes=1 << 20)
         self.errors: list[ProtocolError] = []
 
-    def send_error(self, error: ProtocolError, *, lost_frame_count: int | None = None) -> None:
+    def send_error(
+        self,
+        error: ProtocolError,
+        *,
+        lost_frame_count: int | None = None,
+        ref_message_id: str | None = None,
+    ) -> None:
         """Keep the refusal for the HTTP answer instead of sending a ``session.error``."""
         self.session.hub.metrics.errors.labels(error.code).inc()
         self.errors.append(error)

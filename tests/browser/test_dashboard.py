@@ -378,3 +378,28 @@ async def test_archived_session_is_listed_apart_and_opens_read_only(
     await expect(page.locator("#sessions .session-item[data-id='s-archived']")).to_have_count(0)
     assert "s-archived" not in master.hub.sessions  # nothing attached to it
     await live.close()
+
+
+async def test_a_withdrawn_question_loses_its_buttons(browser: Any, master: Master) -> None:
+    """agent.interaction.cancel removes the prompt's answer buttons and says it was withdrawn."""
+    client = await agent(master, "s-withdrawn")
+    page = await open_dashboard(browser, master, "s-withdrawn")
+    turn = new_turn_id()
+    await client.send("session.turn.start", {"turn_id": turn, "turn_index": 0})
+    await client.send(
+        "agent.interaction.request",
+        {"interaction_id": "i1", "kind": "confirmation", "prompt": "Apply the patch?"},
+    )
+    ask = page.locator(".block.ask")
+    await expect(ask.locator("button")).to_have_count(2)
+    await expect(page.locator("#session-status")).to_have_text("requires action")
+    await client.send(
+        "agent.interaction.cancel", {"interaction_id": "i1", "reason": "no answer within 30 s"}
+    )
+    await expect(ask.locator("button")).to_have_count(0)
+    await expect(ask.locator(".ask-answer")).to_have_text(
+        "withdrawn by the agent: no answer within 30 s"
+    )
+    await expect(page.locator("#session-status")).to_have_text("running")
+    assert page.errors == []
+    await client.close()

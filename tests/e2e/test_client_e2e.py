@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import sys
 from pathlib import Path
@@ -383,9 +384,9 @@ async def _drops_scenario(stream: S.Stream, edge_drops: set[int], agent_drops: s
                 agent.abort_connection()
             moved = _rehome(frame)
             if role == "client":
-                sent.append(await agent.send(moved))
+                sent.append(await agent.post(moved))
             else:
-                await user.send(moved)
+                await user.post(moved)
         store = master.store
         await agent.wait_status(ConnectionStatus.CONNECTED, timeout=10)
         # A last frame on the settled connection: once it is logged, so is the history before it.
@@ -451,7 +452,8 @@ async def _read_line_with(stream: asyncio.StreamReader, pattern: str, within: fl
 
 
 async def test_demo_once_and_tail_show_the_session() -> None:
-    """`rawp demo --once` runs from the CLI and `rawp tail` follows its session to the end."""
+    """`rawp demo --once` prints a dashboard link and withdraws unanswered questions; `rawp tail`
+    (token from RAWP_API_KEY) follows its session to the end, turns numbered from 1."""
     demo = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -483,6 +485,8 @@ async def test_demo_once_and_tail_show_the_session() -> None:
     tail: asyncio.subprocess.Process | None = None
     try:
         assert demo.stdout is not None
+        link = await _read_line_with(demo.stdout, r"dashboard\s+http://", 30)
+        assert f"/?token={API_KEY}#/s/demo-e2e" in link
         line = await _read_line_with(demo.stdout, r"follow it\s+rawp tail", 30)
         url = re.search(r"--ws-url (\S+)", line)
         assert url is not None
@@ -495,12 +499,11 @@ async def test_demo_once_and_tail_show_the_session() -> None:
             "demo-e2e",
             "--ws-url",
             url.group(1),
-            "--token",
-            API_KEY,
             "--from-start",
             "--timeout",
             "60",
             cwd=REPO,
+            env={**os.environ, "RAWP_API_KEY": API_KEY},
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
@@ -510,14 +513,15 @@ async def test_demo_once_and_tail_show_the_session() -> None:
         for expected in (
             "following session demo-e2e",
             "user: The CLI ignores --verbose",
-            "── turn 0 · code ──",
+            "── turn 1 · code ──",
             "  thinking: The flag is probably parsed",
             "  → grep ",
             "  ← grep ok: src/cli.py:18",
             "  ← run_tests error: 1 failed",
             "  ? confirmation: Apply the patch to src/cli.py?",
+            "  ✗ question withdrawn: no answer within 0.2 s",
             "  assistant: Found it:",
-            "── turn 2 ended: end_turn, 1 tool call(s) ──",
+            "── turn 3 ended: end_turn, 1 tool call(s) ──",
             "  usage: ",
             "  ⟲ context compacted (auto)",
             "× session deleted (user_request, by client)",

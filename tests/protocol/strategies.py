@@ -146,6 +146,11 @@ def interaction_request(iid: str, kind: str = "confirmation", **kw: Any) -> F.Fr
     return build(F.InteractionRequest, payload, **kw)
 
 
+def interaction_cancel(iid: str, reason: str | None = "timed out", **kw: Any) -> F.Frame:
+    payload = F.InteractionCancelPayload(interaction_id=iid, reason=reason)
+    return build(F.InteractionCancel, payload, **kw)
+
+
 def interaction_response(iid: str, response: Any = True, **kw: Any) -> F.Frame:
     payload = F.InteractionResponsePayload(interaction_id=iid, response=response)
     return build(F.InteractionResponse, payload, **kw)
@@ -448,6 +453,9 @@ def frames_of_type(draw: st.DrawFn, tag: str, state: SessionState) -> F.Frame:
     elif tag == "control.interaction.response":
         iid = _pick(draw, state.pending_interactions, state.interaction_ids)
         frame = interaction_response(iid, **kw)
+    elif tag == "agent.interaction.cancel":
+        iid = _pick(draw, state.pending_interactions, state.interaction_ids)
+        frame = interaction_cancel(iid, **kw)
     elif tag == "user.message":
         frame = user_message(**kw)
     elif tag == "control.cancel":
@@ -489,6 +497,7 @@ def sample(tag: str) -> F.Frame:
         "tool.invoke.result": lambda: tool_result("c"),
         "agent.interaction.request": lambda: interaction_request("i"),
         "control.interaction.response": lambda: interaction_response("i"),
+        "agent.interaction.cancel": lambda: interaction_cancel("i"),
         "user.message": user_message,
         "control.cancel": cancel,
     }

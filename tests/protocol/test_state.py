@@ -86,7 +86,7 @@ def in_turn(turn_n: int = 1) -> tuple[SessionState, str]:
 SENDERS: dict[str, set[str]] = {
     "connection.hello": {"client", "edge"},
     "connection.welcome": {"master"},
-    "connection.ack": {"client", "edge"},
+    "connection.ack": {"client", "edge", "master"},  # master: producer acks (notes §16.3)
     "session.presence": {"master"},
     "session.history": {"client", "master"},
     "session.turn.start": {"client"},
@@ -104,6 +104,7 @@ SENDERS: dict[str, set[str]] = {
     "tool.invoke.request": {"client"},
     "tool.invoke.result": {"client", "master"},
     "agent.interaction.request": {"client"},
+    "agent.interaction.cancel": {"client"},  # notes §16.4
     "control.interaction.response": {"edge"},
     "user.message": {"edge"},
     "control.cancel": {"edge"},
@@ -144,7 +145,7 @@ def rule_codes(state: SessionState, frame: F.Frame, role: SenderRole) -> set[str
     elif tag == "agent.interaction.request":
         if p.interaction_id in state.interaction_ids:
             codes.add("interaction_state")
-    elif tag == "control.interaction.response":
+    elif tag in ("control.interaction.response", "agent.interaction.cancel"):
         if p.interaction_id not in state.pending_interactions:
             codes.add("interaction_state")
     elif tag == "session.compacted":
@@ -583,6 +584,22 @@ def test_interaction_errors() -> None:
     assert code_of(state, S.interaction_response("nope"), "edge") == "interaction_state"
     fold(state, S.interaction_request("i1"), "client")
     assert code_of(state, S.interaction_request("i1"), "client") == "interaction_state"
+
+
+def test_withdrawal_ends_a_pending_interaction() -> None:
+    """agent.interaction.cancel (notes §16.4): requires_action only while another is pending;
+    a later response, or a second withdrawal, is interaction_state; the id stays used."""
+    state, _ = in_turn()
+    fold(state, S.interaction_request("i1"), "client")
+    fold(state, S.interaction_request("i2"), "client")
+    fold(state, S.interaction_cancel("i1"), "client")
+    assert status(state) == "requires_action"
+    fold(state, S.interaction_cancel("i2", None), "client")
+    assert status(state) == "running"
+    assert code_of(state, S.interaction_response("i1"), "edge") == "interaction_state"
+    assert code_of(state, S.interaction_cancel("i1"), "client") == "interaction_state"
+    assert code_of(state, S.interaction_request("i1"), "client") == "interaction_state"
+    assert code_of(state, S.interaction_cancel("i9"), "edge") == "direction"
 
 
 @pytest.mark.parametrize("role", ["client", "master"])

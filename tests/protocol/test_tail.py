@@ -44,13 +44,13 @@ def test_a_turn_reads_like_a_transcript() -> None:
         ]
     )
     assert text.splitlines() == [
-        "── turn 0 ──",
+        "── turn 1 ──",
         "  thinking: Let me think.",
         '  → grep {"cmd": "ls"}',
         "  assistant: Hel",
         "  ← grep ok: 3 matches",
         "  assistant: lo",
-        "── turn 0 ended: end_turn ──",
+        "── turn 1 ended: end_turn ──",
         "  usage: 100 in / 20 out tokens · 0.2500 USD · session: 100 in / 20 out",
     ]
 
@@ -66,3 +66,20 @@ def test_histories_print_their_frames_and_say_what_was_lost() -> None:
     assert lines[0].startswith("· the agent reconnected with 2 buffered frame(s); 3 frame(s) LOST")
     assert lines[1:] == ["user: hello", '  → read_file {"cmd": "ls"}']
     assert printer.session_frames == 3
+
+
+def test_a_withdrawn_question_is_shown_with_its_reason() -> None:
+    """agent.interaction.cancel prints as a withdrawal (notes §16.4), turns count from 1."""
+    turn = S.uuid4(2)
+    text = printed(
+        [
+            S.turn_start(turn, 0),
+            S.interaction_request("i1"),
+            S.interaction_cancel("i1", "no answer within 30 s"),
+        ]
+    )
+    assert text.splitlines() == [
+        "── turn 1 ──",
+        "  ? confirmation: ok?",
+        "  ✗ question withdrawn: no answer within 30 s",
+    ]

@@ -372,3 +372,23 @@ def test_own_frames_fold_once_even_when_resent_in_a_history() -> None:
     text = next(b for b in view.blocks if isinstance(b, TextBlock))
     assert text.text == "ab"
     assert view.skipped == 0
+
+
+def test_a_withdrawn_question_is_marked_with_its_reason() -> None:
+    """The view marks a withdrawn interaction (notes §16.4); an answered one stays answered."""
+    view = SessionView.replay(
+        S.SESSION_ID,
+        [
+            (S.turn_start(S.uuid4(5), 0), "client"),
+            (S.interaction_request("i1"), "client"),
+            (S.interaction_request("i2"), "client"),
+            (S.interaction_response("i2", "yes"), "edge"),
+            (S.interaction_cancel("i1", "timed out"), "client"),
+            (S.interaction_cancel("i2"), "client"),  # refused by the state machine: skipped
+        ],
+    )
+    asks = {b.interaction_id: b for b in view.blocks if isinstance(b, InteractionBlock)}
+    assert asks["i1"].status == "withdrawn"
+    assert asks["i1"].withdraw_reason == "timed out"
+    assert asks["i2"].status == "answered"
+    assert view.status == "running"

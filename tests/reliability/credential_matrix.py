@@ -76,6 +76,7 @@ MATRIX: Final[dict[str, tuple[int | str, ...]]] = {
     "GET /metrics":                     (200,  200,   200,  200,  200,   200,   200,    200,    200,    200),
     "GET /":                            (200,  200,   200,  200,  200,   200,   200,    200,    200,    200),
     "GET /config.json":                 (200,  200,   200,  200,  200,   200,   200,    200,    200,    200),
+    "GET /openapi.json":                (200,  200,   200,  200,  200,   200,   200,    200,    200,    200),
 }
 # fmt: on
 
@@ -137,6 +138,7 @@ ROUTES: Final[dict[str, Request]] = {
     "GET /metrics": Request("http", "GET", "/metrics"),
     "GET /": Request("http", "GET", "/"),
     "GET /config.json": Request("http", "GET", "/config.json"),
+    "GET /openapi.json": Request("http", "GET", "/openapi.json"),
 }
 
 # Routes served by the master that take no credential and hold nothing a credential guards.

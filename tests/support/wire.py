@@ -48,9 +48,13 @@ def usage_payload(turn_id: str | None = None) -> dict[str, Any]:
 class Peer:
     """One WebSocket connection speaking RAWP (a client or an edge) in a test."""
 
-    def __init__(self, ws: ClientConnection, session_id: str) -> None:
+    def __init__(self, ws: ClientConnection, session_id: str, *, acks: bool = False) -> None:
         self.ws = ws
         self.session_id = session_id
+        # The master's producer acks (notes §16.3) are kept aside unless asked for, so a test
+        # reading "the next frame" sees session frames only.
+        self.show_acks = acks
+        self.acks: list[dict[str, Any]] = []
         self.welcome: dict[str, Any] = {}
         self.received: list[dict[str, Any]] = []
         self.raw: list[str] = []  # the exact text of every received message, in order
@@ -68,11 +72,12 @@ class Peer:
         resume: dict[str, Any] | None = None,
         buffer: dict[str, Any] | None = None,
         expect_welcome: bool = True,
+        acks: bool = False,
         **connect_args: Any,
     ) -> Peer:
         """Connect, send hello and (by default) wait for the welcome."""
         ws = await connect(url, subprotocols=["rawp.1"], **connect_args)  # type: ignore[list-item]
-        peer = cls(ws, session_id)
+        peer = cls(ws, session_id, acks=acks)
         payload: dict[str, Any] = {"protocol_version": "1.0.2", "role": role, "token": token}
         if create:
             payload["create"] = create if isinstance(create, dict) else {"name": "test"}
@@ -104,8 +109,13 @@ class Peer:
 
     async def recv(self, timeout: float = 5.0) -> dict[str, Any]:
         """The next frame (fails the test after ``timeout``)."""
-        message = await asyncio.wait_for(self.ws.recv(), timeout)
-        frame: dict[str, Any] = json.loads(message)
+        async with asyncio.timeout(timeout):
+            while True:
+                message = await self.ws.recv()
+                frame: dict[str, Any] = json.loads(message)
+                if self.show_acks or frame.get("type") != "connection.ack":
+                    break
+                self.acks.append(frame)
         self.received.append(frame)
         self.raw.append(str(message))
         return frame
@@ -129,10 +139,9 @@ class Peer:
     async def no_frame(self, within: float = 0.3) -> bool:
         """True when nothing arrives within ``within`` seconds."""
         try:
-            frame = await asyncio.wait_for(self.ws.recv(), within)
+            await self.recv(within)
         except TimeoutError:
             return True
-        self.received.append(json.loads(frame))
         return False
 
     async def closed_with(self, timeout: float = 5.0) -> int | None:
@@ -140,7 +149,11 @@ class Peer:
         async with asyncio.timeout(timeout):
             try:
                 while True:
-                    self.received.append(json.loads(await self.ws.recv()))
+                    frame = json.loads(await self.ws.recv())
+                    if self.show_acks or frame.get("type") != "connection.ack":
+                        self.received.append(frame)
+                    else:
+                        self.acks.append(frame)
             except Exception:
                 pass
         await self.ws.wait_closed()

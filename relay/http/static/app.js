@@ -365,6 +365,12 @@ function renderAsk(b) {
     node.append(el("div", { class: "ask-answer" }, `answered: ${shown}`));
     return node;
   }
+  if (b.status === "withdrawn") { // notes §16.4: no answer is possible any more
+    node.classList.add("ask-withdrawn");
+    node.append(el("div", { class: "ask-answer" },
+      `withdrawn by the agent${b.reason ? `: ${b.reason}` : ""}`));
+    return node;
+  }
   if (b.status === "discarded") {
     node.append(el("div", { class: "ask-answer" }, "discarded: the connection was lost"));
     return node;

@@ -134,6 +134,13 @@ function apply(m, f, role) {
       if (b) Object.assign(touch(b), { status: "answered", response: p.response });
       return true;
     }
+    case "agent.interaction.cancel": { // notes §16.4: the agent withdrew its question
+      if (!m.pending.has(p.interaction_id)) return false;
+      m.pending.delete(p.interaction_id);
+      const b = m.byKey.get(`ask:${p.interaction_id}`);
+      if (b) Object.assign(touch(b), { status: "withdrawn", reason: p.reason || null });
+      return true;
+    }
     case "agent.state":
       m.agentState = p.state;
       if (syn) { // §7.8.1: finalization discards pending interactions to unblock the UI
