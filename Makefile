@@ -39,12 +39,11 @@ bench: setup
 	$(BIN)/python -m bench $(ARGS)
 
 # The TypeScript SDK (sdk/typescript, Node >= 20): locked install, tsc, node --test against a
-# real `rawp serve`. RAWP_MASTER_HAS_ACKS=1 also runs the producer-ack tests (notes §16.3/§16.4).
+# real `rawp serve`.
 .PHONY: sdk-test
-RAWP_MASTER_HAS_ACKS ?= 0
 sdk-test: setup
 	cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build
-	cd sdk/typescript && RAWP_BIN=$(CURDIR)/$(BIN)/rawp RAWP_MASTER_HAS_ACKS=$(RAWP_MASTER_HAS_ACKS) npm test --silent
+	cd sdk/typescript && RAWP_BIN=$(CURDIR)/$(BIN)/rawp npm test --silent
 
 schemas: setup
 	$(BIN)/rawp schemas --out schemas

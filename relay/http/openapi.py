@@ -12,6 +12,7 @@ route. Schemathesis fuzzes a live master from this document (``tests/relay/http`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -173,6 +174,16 @@ Answer = tuple[type[Any] | None, str | tuple[str, ...], str]
 _JSON: Final = "application/json"
 
 
+def _run_agent_input_schema(ref_template: str) -> dict[str, Any]:
+    """AG-UI's ``RunAgentInput`` as its package writes it (camelCase, as on the wire)."""
+    from ag_ui.core import RunAgentInput
+
+    schema: dict[str, Any] = RunAgentInput.model_json_schema(
+        by_alias=True, ref_template=ref_template
+    )
+    return schema
+
+
 @dataclass(frozen=True)
 class Operation:
     """What the route table does not say about one route."""
@@ -182,6 +193,9 @@ class Operation:
     auth: Literal["credential", "none"] = "credential"
     body: type[Any] | None = None
     body_required: bool = False
+    foreign_body: Callable[[str], dict[str, Any]] | None = None
+    """A body defined by another package's model (AG-UI's ``RunAgentInput``): its own JSON
+    Schema, given the ``$ref`` template to place its definitions under ``components``."""
     params: tuple[Param, ...] = ()
     tags: tuple[str, ...] = ("sessions",)
     problems: tuple[str, ...] = field(default=("400", "401", "403", "404", "409", "422", "503"))
@@ -329,6 +343,27 @@ OPERATIONS: Final[dict[tuple[str, str], Operation]] = {
         tags=("dashboard",),
         problems=(),
     ),
+    ("POST", "/v1/sessions/{session_id}/ag-ui"): Operation(
+        "run the session as an AG-UI agent: the input's new user messages become user.message "
+        "frames; answers the run as AG-UI events (docs/ag-ui.md)",
+        {"200": (None, "text/event-stream", "AG-UI events until the run ends (id: seq)")},
+        foreign_body=_run_agent_input_schema,
+        body_required=True,
+        tags=("ag-ui",),
+        problems=("400", "401", "404", "409", "413"),
+    ),
+    ("GET", "/v1/sessions/{session_id}/ag-ui"): Operation(
+        "the session as AG-UI events: a MESSAGES_SNAPSHOT folded from the log, then live",
+        {"200": (None, "text/event-stream", "AG-UI events (id: seq), resumable")},
+        params=(
+            Param("until", {"type": "string", "enum": ["run_end"]}, "end with the open run"),
+            Param("access_token", {"type": "string"}, "the credential, for EventSource"),
+            Param("last_event_id", {"type": "string"}, "resume after this event id"),
+            Param("Last-Event-ID", {"type": "string"}, "resume after this event id", "header"),
+        ),
+        tags=("ag-ui",),
+        problems=("400", "401", "404"),
+    ),
     ("GET", "/static/{name}"): Operation(
         "one file of the dashboard",
         {"200": (None, "application/octet-stream", "the file")},
@@ -372,10 +407,19 @@ def describe(app: web.Application) -> dict[str, Any]:
         ordered, ref_template="#/components/schemas/{name}"
     )
     ref_of = dict(zip(ordered, refs, strict=True))
+    foreign: dict[tuple[str, str], dict[str, Any]] = {}
+    for method, path in routes:
+        op = OPERATIONS[method, path]
+        if op.foreign_body is not None:
+            schema = op.foreign_body("#/components/schemas/{model}")
+            components.update(schema.pop("$defs", {}))
+            name = str(schema.get("title", "Body"))
+            components[name] = schema
+            foreign[method, path] = {"$ref": f"#/components/schemas/{name}"}
     paths: dict[str, dict[str, Any]] = {}
     for method, path in sorted(routes, key=lambda r: (r[1], r[0])):
         paths.setdefault(path, {})[method.lower()] = _operation(
-            method, path, OPERATIONS[method, path], ref_of
+            method, path, OPERATIONS[method, path], ref_of, foreign.get((method, path))
         )
     return {
         "openapi": "3.1.0",
@@ -400,7 +444,11 @@ def describe(app: web.Application) -> dict[str, Any]:
 
 
 def _operation(
-    method: str, path: str, op: Operation, ref_of: dict[type[Any], dict[str, Any]]
+    method: str,
+    path: str,
+    op: Operation,
+    ref_of: dict[type[Any], dict[str, Any]],
+    foreign_body: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     parameters: list[dict[str, Any]] = [
         {"name": name, "in": "path", "required": True, "schema": _PATH_PARAM}
@@ -433,10 +481,11 @@ def _operation(
     }
     if parameters:
         operation["parameters"] = parameters
-    if op.body is not None:
+    if op.body is not None or foreign_body is not None:
+        body_schema = ref_of[op.body] if op.body is not None else foreign_body
         operation["requestBody"] = {
             "required": op.body_required,
-            "content": {_JSON: {"schema": ref_of[op.body]}},
+            "content": {_JSON: {"schema": body_schema}},
         }
     operation["security"] = [{"bearer": []}] if op.auth == "credential" else []
     return operation

@@ -23,6 +23,7 @@ from typing import Any
 
 import aiohttp
 
+from relay.startup import EXIT_STORE_REFUSED
 from tests.support.masters import MasterProcess
 from tests.support.wire import Peer, new_turn_id
 
@@ -137,7 +138,7 @@ async def run_kill_trial(directory: Path, seed: int, *, deltas: int = 200) -> Ki
              "--ws-port", "0", "--http-port", "0", "--api-key", f"default:{KEY}"],
             capture_output=True, text=True, timeout=30,
         )  # fmt: skip
-        assert refused.returncode == 2
+        assert refused.returncode == EXIT_STORE_REFUSED
         lines = [ln for ln in refused.stderr.splitlines() if not ln.startswith("dev API key")]
         assert len(lines) == 1, refused.stderr
         assert "rawp.db" in lines[0]

@@ -108,7 +108,7 @@ const EDGE_TYPES = [
   "control.interaction.response", "user.message", "control.cancel",
 ];
 const MASTER_TYPES = [
-  "connection.welcome", "session.presence", "session.history", "session.usage", "session.renamed",
+  "connection.welcome", "connection.ack" /* producer acks, notes §16.3 */, "session.presence", "session.history", "session.usage", "session.renamed",
   "session.deleted", "session.error", "session.turn.end", "agent.text.done", "agent.thinking.done",
   "tool.invoke.result", "agent.state",
 ];

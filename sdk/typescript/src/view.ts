@@ -63,6 +63,8 @@ export interface InteractionBlock extends BlockBase {
   status: "pending" | "answered" | "discarded" | "withdrawn";
   response: unknown;
   synthetic: boolean;
+  /** The agent's reason when it withdrew the question (notes §16.4). */
+  withdraw_reason: string | null;
 }
 export interface UserMessageBlock extends BlockBase {
   kind: "user_message";
@@ -253,6 +255,7 @@ class Renderer {
         const ask: InteractionBlock = {
           kind: "interaction", ...base, interaction_id: p.interaction_id, interaction_kind: p.kind,
           prompt: p.prompt, options: nul(p.options), status: "pending", response: null, synthetic: false,
+          withdraw_reason: null,
         };
         this.interactions.set(ask.interaction_id, ask);
         this.blocks.push(ask);
@@ -268,7 +271,10 @@ class Renderer {
       }
       case "agent.interaction.cancel": {
         const withdrawn = this.interactions.get(p.interaction_id);
-        if (withdrawn !== undefined && withdrawn.status === "pending") withdrawn.status = "withdrawn";
+        if (withdrawn !== undefined && withdrawn.status === "pending") {
+          withdrawn.status = "withdrawn";
+          withdrawn.withdraw_reason = nul(p.reason);
+        }
         break;
       }
       case "agent.state":

@@ -1,16 +1,11 @@
 // Producer acks (notes §16.3) and withdrawing a question (§16.4) against a real master.
-// GATED: the master on this branch does not send connection.ack nor accept
-// agent.interaction.cancel yet. Run with RAWP_MASTER_HAS_ACKS=1 once it does (the integrator
-// flips the default in the Makefile's sdk-test step after merging).
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { FrameRefused, RawpClient, type ClientOptions } from "../src/client.js";
 import type { InteractionBlock } from "../src/view.js";
-import { API_KEY, MASTER_HAS_ACKS, Master, NodeWebSocket, gatedWebSocket, sessionId, until } from "./helpers.js";
+import { API_KEY, Master, NodeWebSocket, gatedWebSocket, sessionId, until } from "./helpers.js";
 
-const skip = MASTER_HAS_ACKS ? false : "set RAWP_MASTER_HAS_ACKS=1 once the master sends connection.ack (notes §16.3)";
-
-describe("producer acks and interaction cancel", { skip, timeout: 60_000 }, () => {
+describe("producer acks and interaction cancel", { timeout: 60_000 }, () => {
   let master: Master;
   const opened: RawpClient[] = [];
   const client = (o: Partial<ClientOptions> & { sessionId: string; role: "client" | "edge" }) => {

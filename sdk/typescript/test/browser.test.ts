@@ -45,7 +45,7 @@ test("in Chromium the browser example renders the session as text and resumes fr
   const master = await new Master(["--allowed-origins", origin]).start();
   const browser = await launcher.launch({ executablePath: chromium!, headless: true, args: ["--no-sandbox", "--disable-gpu"] });
   const sid = sessionId("browser");
-  const agent = new RawpClient({ url: master.wsUrl, token: API_KEY, sessionId: sid, role: "client", create: true, WebSocket: NodeWebSocket, producerAcks: false });
+  const agent = new RawpClient({ url: master.wsUrl, token: API_KEY, sessionId: sid, role: "client", create: true, WebSocket: NodeWebSocket });
   try {
     await agent.connect();
     const turn = agent.turnStart();

@@ -14,7 +14,6 @@ export const corpusDir = join(packageDir, "test", "corpus");
 export const API_KEY = "sdk-test-key";
 
 /** Set to "1" once the master sends connection.ack / accepts agent.interaction.cancel. */
-export const MASTER_HAS_ACKS = process.env.RAWP_MASTER_HAS_ACKS === "1";
 
 function rawpBin(): string {
   const fromEnv = process.env.RAWP_BIN;

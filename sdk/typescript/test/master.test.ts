@@ -1,8 +1,10 @@
 // Against a real `rawp serve --store memory` started by the test: handshake, live frames,
 // drop and reattach with exact buffer accounting, backlog replay, persistence, refusals,
-// deletion, and a master restart mid-turn. (Producer acks: acks.test.ts, gated.)
+// deletion, and a master restart mid-turn. (Producer acks: acks.test.ts.)
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { promisify } from "node:util";
@@ -20,7 +22,6 @@ function client(options: Partial<ClientOptions> & { sessionId: string; role: "cl
     url: master.wsUrl,
     token: API_KEY,
     WebSocket: NodeWebSocket,
-    producerAcks: false, // this master does not send connection.ack yet (acks.test.ts)
     backoff: { initialMs: 20, maxMs: 200 },
     ...options,
   });
@@ -341,28 +342,27 @@ describe("against a real master", () => {
     void turn;
   });
 
-  test("a master restart mid-turn: the agent replays its frames to the new master; a watching edge keeps its finalization and is told the view is incomplete", async () => {
-    const own = await new Master(["--reattach-window", "30"]).start();
+  test("a master restart mid-turn (durable store): the agent reattaches to the same log with its buffered frame, the watching edge's finalization is taken back, a new edge folds the whole turn", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "rawp-sdk-restart-"));
+    const own = await new Master(["--reattach-window", "30", "--store", `sqlite:${join(dir, "rawp.db")}`]).start();
     try {
       const sid = sessionId();
       const agent = new RawpClient({
-        url: own.wsUrl, token: API_KEY, WebSocket: NodeWebSocket, producerAcks: false,
+        url: own.wsUrl, token: API_KEY, WebSocket: NodeWebSocket,
         sessionId: sid, role: "client", create: "restart", backoff: { initialMs: 50, maxMs: 300 },
       });
       opened.push(agent);
       await agent.connect();
-      const { WebSocket, gate } = gatedWebSocket();
       const watcher = new RawpClient({
-        url: own.wsUrl, token: API_KEY, WebSocket, producerAcks: false,
+        url: own.wsUrl, token: API_KEY, WebSocket: NodeWebSocket,
         sessionId: sid, role: "edge", backoff: { initialMs: 20, maxMs: 100 },
       });
       opened.push(watcher);
       await watcher.connect();
       const turn = agent.turnStart();
-      await agent.textDelta("b1", "half");
+      await agent.textDelta("b1", "half"); // resolves once committed: on disk
       await until(() => watcher.view.blocks.some((b) => b.kind === "text"), "the edge seeing the text");
       const epoch = agent.epoch;
-      gate.down = true; // the edge comes back only once the agent re-created the session
       await own.kill();
       await agent.waitStatus("reconnecting");
       await watcher.waitStatus("reconnecting");
@@ -373,30 +373,30 @@ describe("against a real master", () => {
       const restarted = await own.again().start();
       try {
         await agent.waitStatus("connected");
-        await buffered; // written inside the reattach history
-        assert.notEqual(agent.epoch, epoch); // a new log: the memory store started empty
+        await buffered; // committed from inside the reattach history
+        assert.equal(agent.epoch, epoch); // the same log: the store kept it (notes §16.2)
         await agent.textDone("b1");
         await agent.turnEnd(turn.turnId);
         await agent.usage({ inputTokens: 3, outputTokens: 3 });
         const edge = new RawpClient({
-          url: restarted.wsUrl, token: API_KEY, WebSocket: NodeWebSocket, producerAcks: false,
+          url: restarted.wsUrl, token: API_KEY, WebSocket: NodeWebSocket,
           sessionId: sid, role: "edge", fromStart: true,
         });
         opened.push(edge);
         await edge.connect();
-        await until(() => edge.view.totals.turns === 1, "a new edge folding the whole log");
+        await until(() => edge.view.totals.turns === 1 && edge.view.totals.input_tokens === 3, "a new edge folding the whole log");
         const text = edge.view.blocks.find((b) => b.kind === "text") as TextBlock;
         assert.equal(text.text, "half done");
         await edge.close();
-        // The edge that watched through the crash: the new master's backlog cannot cover its
-        // cursor (a new log), so its finalization stays (§7.8.3) and it says the view is incomplete.
-        gate.down = false;
+        // The edge that watched through the crash resumes on the same log: the restart's
+        // finalization and its own are taken back by the agent's history (§7.8.3).
         await watcher.waitStatus("connected");
-        assert.notEqual(watcher.epoch, epoch);
-        await until(() => watcher.view.notices.some((n) => n.kind === "backlog_truncated"), "the truncation notice");
+        assert.equal(watcher.epoch, epoch);
+        await until(() => watcher.view.totals.input_tokens === 3, "the watcher folding the rest of the turn");
         const watched = watcher.view.blocks.find((b) => b.kind === "turn") as TurnBlock;
-        assert.equal(watched.stop_reason, "disconnected");
-        assert.equal(watched.synthetic, true);
+        assert.equal(watched.stop_reason, "end_turn");
+        assert.equal(watched.synthetic, false);
+        assert.equal((watcher.view.blocks.find((b) => b.kind === "text") as TextBlock).text, "half done");
         await watcher.close();
       } finally {
         await agent.close();
@@ -404,6 +404,7 @@ describe("against a real master", () => {
       }
     } finally {
       await own.stop();
+      await rm(dir, { recursive: true, force: true });
     }
   });
 });

@@ -26,6 +26,7 @@ export type AnyFrameSchema =
   | ToolRequest
   | ToolResult
   | InteractionRequest
+  | InteractionCancel
   | InteractionResponse
   | UserMessage
   | Cancel
@@ -196,7 +197,7 @@ export interface SessionInfo {
   [k: string]: unknown | undefined;
 }
 /**
- * Cumulative acknowledgement (C, E).
+ * Cumulative acknowledgement (C, E: received; M: committed, notes §16.3).
  */
 export interface Ack {
   /**
@@ -220,8 +221,14 @@ export interface Ack {
 }
 /**
  * Cumulative acknowledgement of every seq up to ``last_seq``.
+ *
+ * Both ways (notes §5, §16.3): a participant tells the master what it has received (its
+ * cursor; ``last_message_id`` unused), and the master tells a sender what it has committed
+ * of theirs: ``last_message_id`` is the sender's latest committed frame, ``last_seq`` its
+ * seq, and every earlier frame of theirs on this connection is committed too (or refused).
  */
 export interface AckPayload {
+  last_message_id?: string | null;
   /**
    * A position in the session log (dense, from 1).
    */
@@ -609,6 +616,7 @@ export interface SessionErrorPayload {
   fatal: boolean;
   lost_frame_count?: number | null;
   message: string;
+  ref_message_id?: string | null;
   [k: string]: unknown | undefined;
 }
 /**
@@ -882,6 +890,40 @@ export interface InteractionRequestPayload {
   kind: "choice" | "confirmation" | "input";
   options?: unknown[] | null;
   prompt: string;
+  [k: string]: unknown | undefined;
+}
+/**
+ * The agent withdraws its question (C; notes §16.4).
+ */
+export interface InteractionCancel {
+  /**
+   * An opaque identifier.
+   */
+  message_id: string;
+  metadata?: Metadata | null;
+  payload: InteractionCancelPayload;
+  sender?: Sender | null;
+  seq?: number | null;
+  /**
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
+   */
+  session_id: string;
+  /**
+   * RFC 3339 date-time with offset.
+   */
+  timestamp: string;
+  type: "agent.interaction.cancel";
+  [k: string]: unknown | undefined;
+}
+/**
+ * The agent withdraws a pending interaction (notes §16.4).
+ */
+export interface InteractionCancelPayload {
+  /**
+   * An opaque identifier.
+   */
+  interaction_id: string;
+  reason?: string | null;
   [k: string]: unknown | undefined;
 }
 /**

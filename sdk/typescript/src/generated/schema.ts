@@ -6,7 +6,7 @@
 export const ANY_FRAME_SCHEMA: unknown = {
   "$defs": {
     "Ack": {
-      "description": "Cumulative acknowledgement (C, E).",
+      "description": "Cumulative acknowledgement (C, E: received; M: committed, notes §16.3).",
       "properties": {
         "message_id": {
           "description": "An opaque identifier.",
@@ -82,8 +82,19 @@ export const ANY_FRAME_SCHEMA: unknown = {
       "type": "object"
     },
     "AckPayload": {
-      "description": "Cumulative acknowledgement of every seq up to ``last_seq``.",
+      "description": "Cumulative acknowledgement of every seq up to ``last_seq``.\n\nBoth ways (notes §5, §16.3): a participant tells the master what it has received (its\ncursor; ``last_message_id`` unused), and the master tells a sender what it has committed\nof theirs: ``last_message_id`` is the sender's latest committed frame, ``last_seq`` its\nseq, and every earlier frame of theirs on this connection is committed too (or refused).",
       "properties": {
+        "last_message_id": {
+          "anyOf": [
+            {
+              "type": "string"
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
+        },
         "last_seq": {
           "description": "A position in the session log (dense, from 1).",
           "minimum": 0,
@@ -1074,6 +1085,7 @@ export const ANY_FRAME_SCHEMA: unknown = {
         "type": {
           "not": {
             "enum": [
+              "agent.interaction.cancel",
               "agent.interaction.request",
               "agent.state",
               "agent.text.delta",
@@ -1106,6 +1118,109 @@ export const ANY_FRAME_SCHEMA: unknown = {
         "metadata"
       ],
       "title": "IgnorableFrame"
+    },
+    "InteractionCancel": {
+      "description": "The agent withdraws its question (C; notes §16.4).",
+      "properties": {
+        "message_id": {
+          "description": "An opaque identifier.",
+          "maxLength": 256,
+          "minLength": 1,
+          "type": "string"
+        },
+        "metadata": {
+          "anyOf": [
+            {
+              "$ref": "#/$defs/Metadata"
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
+        },
+        "payload": {
+          "$ref": "#/$defs/InteractionCancelPayload"
+        },
+        "sender": {
+          "anyOf": [
+            {
+              "$ref": "#/$defs/Sender"
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
+        },
+        "seq": {
+          "anyOf": [
+            {
+              "description": "A position in the session log (dense, from 1).",
+              "minimum": 0,
+              "type": "integer"
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
+        },
+        "session_id": {
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
+          "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
+          "type": "string"
+        },
+        "timestamp": {
+          "description": "RFC 3339 date-time with offset.",
+          "format": "date-time",
+          "pattern": "^\\d{4}-\\d{2}-\\d{2}[Tt]\\d{2}:\\d{2}:\\d{2}(\\.\\d+)?([Zz]|[+-]\\d{2}:\\d{2})$",
+          "type": "string"
+        },
+        "type": {
+          "enum": [
+            "agent.interaction.cancel"
+          ]
+        }
+      },
+      "required": [
+        "type",
+        "payload",
+        "message_id",
+        "session_id",
+        "timestamp"
+      ],
+      "title": "InteractionCancel",
+      "type": "object"
+    },
+    "InteractionCancelPayload": {
+      "description": "The agent withdraws a pending interaction (notes §16.4).",
+      "properties": {
+        "interaction_id": {
+          "description": "An opaque identifier.",
+          "maxLength": 256,
+          "minLength": 1,
+          "type": "string"
+        },
+        "reason": {
+          "anyOf": [
+            {
+              "type": "string"
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
+        }
+      },
+      "required": [
+        "interaction_id"
+      ],
+      "title": "InteractionCancelPayload",
+      "type": "object"
     },
     "InteractionRequest": {
       "description": "The agent asks a person (C).",
@@ -1814,6 +1929,17 @@ export const ANY_FRAME_SCHEMA: unknown = {
         },
         "message": {
           "type": "string"
+        },
+        "ref_message_id": {
+          "anyOf": [
+            {
+              "type": "string"
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
         }
       },
       "required": [
@@ -3151,6 +3277,9 @@ export const ANY_FRAME_SCHEMA: unknown = {
     },
     {
       "$ref": "#/$defs/InteractionRequest"
+    },
+    {
+      "$ref": "#/$defs/InteractionCancel"
     },
     {
       "$ref": "#/$defs/InteractionResponse"
