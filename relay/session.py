@@ -1002,6 +1002,9 @@ class Session:
             )
         )
         self.state.before_finalization = None
+        # What was committed before the end is acknowledged before the §9 frames: nothing
+        # may follow session.deleted on the wire.
+        self._post_acks()
         if not await self.append_master(frames):
             # Not durable, but the participants must still hear the order before close.
             for frame in frames:
@@ -1025,7 +1028,9 @@ class Session:
         """Let each attached participant's queued frames out (bounded), fence it, close it
         1000 with ``reason``, and forget it: the end of a deleted session on this node."""
         attached = list(self.participants.values())
-        self._post_acks()  # what was committed before the end is acknowledged before the close
+        # session.deleted is the last frame (§9): an ack still due (a commit that raced the
+        # end) is dropped, never written after it; _terminate acknowledged what came before.
+        self._acks_due.clear()
         for q in attached:
             q.outbox.flush()
         timeout = self.hub.settings.shutdown_timeout_s
