@@ -10,6 +10,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 __all__ = ["main"]
 
@@ -17,9 +18,18 @@ __all__ = ["main"]
 _PROVIDERS = ("relay.cli", "protocol.cli", "conformance.cli", "relay.agui.cli")
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """An argparse parser whose refusal is one line naming the cause and where help is, not a
+    usage dump (issue 15: a failed start explains itself in one line). Subcommand parsers
+    inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full ``rawp`` parser."""
-    parser = argparse.ArgumentParser(prog="rawp", description="RAWP master relay and tools.")
+    parser = _OneLineParser(prog="rawp", description="RAWP master relay and tools.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in _PROVIDERS:
         try:

@@ -50,6 +50,8 @@ def occupied_port() -> Iterator[int]:
 
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAWP_")}
+    # These masters run in the checkout: nothing of theirs may land in its ./rawp-data.
+    env["RAWP_STORE"] = "memory"
     env.update(extra)
     return env
 
@@ -148,10 +150,13 @@ def test_a_store_password_is_not_shown() -> None:
 
 
 async def test_invalid_values_are_refused_clearly() -> None:
-    """--log-level verbose and RAWP_LOG_LEVEL=verbose are refused with exit 2, naming it."""
+    """--log-level verbose and RAWP_LOG_LEVEL=verbose are refused with exit 2, in one line
+    naming it (a flag's refusal too: no usage dump)."""
     code, lines = await serve_fails("--log-level", "verbose")
     assert code == EXIT_BAD_SETTING
-    assert "'verbose' is not one of debug, info, warning, error, critical" in lines[-1]
+    assert len(lines) == 1, lines
+    assert "'verbose' is not one of debug, info, warning, error, critical" in lines[0]
+    assert lines[0].startswith("rawp serve: ") and lines[0].endswith("(see rawp serve --help)")
     code, lines = await serve_fails(env=_env(RAWP_LOG_LEVEL="verbose"))
     assert code == EXIT_BAD_SETTING
     assert len(lines) == 1, lines
