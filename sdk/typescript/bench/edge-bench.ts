@@ -29,7 +29,7 @@ function percentile(sorted: Float64Array, q: number): number {
 async function main(): Promise<void> {
   const edge = new RawpClient({
     url: cfg.url, sessionId: cfg.session_id, role: "edge", token: cfg.token,
-    WebSocket: WebSocket as unknown as WebSocketConstructor, producerAcks: false,
+    WebSocket: WebSocket as unknown as WebSocketConstructor,
     buffer: { policy: "RING", capacity_bytes: 1 << 20 }, maxQueue: 1,
   });
   let recording = false;

@@ -11,7 +11,6 @@ const agent = new RawpClient({
   role: "client",
   create: "example agent",
   WebSocket, // Node 20 has no global WebSocket: inject `ws`
-  producerAcks: process.env.RAWP_MASTER_HAS_ACKS === "1", // notes §16.3, once the master acks
 });
 agent.on("status", (s) => console.error(`[connection] ${s}`));
 agent.on("error", (e) => console.error(`[error] ${e.message}`));

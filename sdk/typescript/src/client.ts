@@ -277,8 +277,10 @@ export interface ClientOptions {
   ackIntervalMs?: number;
   openTimeoutMs?: number;
   /**
-   * send() resolves on the master's connection.ack (notes §16.3, default true); false for a
-   * master without producer acks: send() resolves once the frame left on a live socket.
+   * send() resolves on the master's connection.ack (notes §16.3). Default true: every master
+   * with §16.3 acks. Set false only for an older master that never sends `connection.ack` with
+   * `last_message_id` (its send() promises would stay pending): send() then resolves once the
+   * frame left on a live socket.
    */
   producerAcks?: boolean;
   /** Deliver a backlog frame by frame, each marked replayed (default true). */

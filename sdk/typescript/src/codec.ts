@@ -6,7 +6,6 @@
 // { ok: false, error } for anything malformed. Frame content is data only: nothing is evaluated.
 import type { Frame, KnownFrame } from "./frames.js";
 import { ANY_FRAME_SCHEMA } from "./generated/schema.js";
-import { PENDING_DEFS, PENDING_PAYLOAD_KEYS } from "./pending-schema.js";
 
 type Schema = Record<string, unknown>;
 
@@ -20,17 +19,7 @@ export class ProtocolError extends Error {
 }
 
 const root = ANY_FRAME_SCHEMA as { $defs: Record<string, Schema>; anyOf: Array<{ $ref: string }> };
-const defs: Record<string, Schema> = { ...structuredClone(root.$defs) };
-for (const [name, def] of Object.entries(PENDING_DEFS)) {
-  if (!(name in defs)) defs[name] = def as Schema;
-}
-for (const [name, extra] of Object.entries(PENDING_PAYLOAD_KEYS)) {
-  const def = defs[name];
-  if (def === undefined) continue;
-  const props = (def.properties ?? {}) as Record<string, unknown>;
-  for (const [key, schema] of Object.entries(extra)) if (!(key in props)) props[key] = schema;
-  def.properties = props;
-}
+const defs: Record<string, Schema> = root.$defs;
 
 /** type tag -> the $defs entry of that frame type. */
 const BY_TYPE = new Map<string, Schema>();

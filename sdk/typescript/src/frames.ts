@@ -1,17 +1,14 @@
-// The frame types: generated from schemas/ (./generated/frames.ts) plus the few hand-declared
-// in ./pending-schema.ts until the schemas have them.
+// The frame types, generated from schemas/ (./generated/frames.ts; npm run gen-types).
 import type * as G from "./generated/frames.js";
-import type { InteractionCancel, MasterAckPayload, RefusalFields } from "./pending-schema.js";
 
 export type * from "./generated/frames.js";
-export type { InteractionCancel, InteractionCancelPayload, MasterAckPayload } from "./pending-schema.js";
 
 export type SenderRole = "client" | "edge" | "master";
 export type Role = "client" | "edge";
 export type Policy = "RING" | "DROP" | "NONE";
 
-/** session.error as received: the generated payload plus notes §16.3's `ref_message_id`. */
-export type SessionErrorFrame = G.SessionError & { payload: G.SessionErrorPayload & RefusalFields };
+/** session.error as received (a refusal names the refused frame in `ref_message_id`, notes §16.3). */
+export type SessionErrorFrame = G.SessionError;
 
 /** Every known frame. */
 export type KnownFrame =
@@ -38,7 +35,7 @@ export type KnownFrame =
   | G.InteractionResponse
   | G.UserMessage
   | G.Cancel
-  | InteractionCancel;
+  | G.InteractionCancel;
 
 /** An envelope of an unknown type marked `metadata.ignorable` (relayed untouched, notes §3). */
 export interface GenericFrame {
@@ -56,5 +53,5 @@ export interface GenericFrame {
 export type Frame = KnownFrame | GenericFrame;
 export type FrameOf<T extends KnownFrame["type"]> = Extract<KnownFrame, { type: T }>;
 
-/** The master's connection.ack (notes §16.3) as received. */
-export type MasterAck = G.Ack & { payload: MasterAckPayload };
+/** The master's connection.ack (notes §16.3) as received: `last_seq` and `last_message_id`. */
+export type MasterAck = G.Ack;

@@ -5,6 +5,7 @@
 // corpus (test/corpus/) fails when the two disagree.
 import { ProtocolError, isKnown, isSynthetic } from "./codec.js";
 import type { Frame, KnownFrame, SenderRole } from "./frames.js";
+import { SENDER_FRAME_TYPES } from "./generated/directions.js";
 
 export type Phase = "idle" | "turn_open" | "usage_due" | "terminated";
 export type Status = "idle" | "running" | "requires_action" | "terminated";
@@ -96,30 +97,17 @@ export function snapshot(state: SessionState): SessionState {
 
 // --- direction -----------------------------------------------------------------------------
 
-const CLIENT_TYPES = [
-  "connection.hello", "connection.ack", "session.history", "session.turn.start", "session.turn.end",
-  "session.usage", "session.compacted", "session.renamed", "session.deleted", "session.error",
-  "agent.state", "agent.text.delta", "agent.text.done", "agent.thinking.delta", "agent.thinking.done",
-  "tool.invoke.request", "tool.invoke.result", "agent.interaction.request",
-  "agent.interaction.cancel", // notes §16.4 (pending-schema.ts)
-];
-const EDGE_TYPES = [
-  "connection.hello", "connection.ack", "session.renamed", "session.deleted", "session.error",
-  "control.interaction.response", "user.message", "control.cancel",
-];
-const MASTER_TYPES = [
-  "connection.welcome", "connection.ack" /* producer acks, notes §16.3 */, "session.presence", "session.history", "session.usage", "session.renamed",
-  "session.deleted", "session.error", "session.turn.end", "agent.text.done", "agent.thinking.done",
-  "tool.invoke.result", "agent.state",
-];
+// Generated from schemas/{client,edge,master}-frame.json (npm run gen-types), so the table is the
+// master's: test/unit.test.ts fails when it is stale.
+const { client: CLIENT_TYPES, edge: EDGE_TYPES, master: MASTER_TYPES } = SENDER_FRAME_TYPES;
 const MAY_SEND: Record<SenderRole, ReadonlySet<string>> = {
-  client: new Set(CLIENT_TYPES),
-  edge: new Set(EDGE_TYPES),
-  master: new Set(MASTER_TYPES),
+  client: new Set<string>(CLIENT_TYPES),
+  edge: new Set<string>(EDGE_TYPES),
+  master: new Set<string>(MASTER_TYPES),
 };
 const CONNECTION_TYPES = new Set(["connection.hello", "connection.welcome", "connection.ack"]);
 
-/** The frame types `role` may send (notes §4), as the state machine of this branch knows them. */
+/** The frame types `role` may send (notes §4), as schemas/<role>-frame.json lists them. */
 export function allowedTypes(role: SenderRole): ReadonlySet<string> {
   return MAY_SEND[role];
 }
@@ -286,7 +274,7 @@ const answerCheck: Fn = (state, frame) => {
 const answerApply: Fn = (state, frame) => {
   state.pendingInteractions.delete(payload(frame).interaction_id);
 };
-// notes §16.4: agent.interaction.cancel ends a pending interaction (pending-schema.ts).
+// notes §16.4: agent.interaction.cancel ends a pending interaction.
 const withdrawApply: Fn = (state, frame) => {
   state.pendingInteractions.delete(payload(frame).interaction_id);
 };

@@ -13,8 +13,6 @@ export const repoDir = resolve(packageDir, "..", "..");
 export const corpusDir = join(packageDir, "test", "corpus");
 export const API_KEY = "sdk-test-key";
 
-/** Set to "1" once the master sends connection.ack / accepts agent.interaction.cancel. */
-
 function rawpBin(): string {
   const fromEnv = process.env.RAWP_BIN;
   if (fromEnv) return fromEnv;

@@ -46,7 +46,7 @@ test("malformed frames from a master become error events; the client stays conne
       socket.send(env("agent.text.delta", { block_id: "b", delta: "!" }));
     });
   });
-  const edge = new RawpClient({ url: `ws://127.0.0.1:${port}/v1/ws`, sessionId: "s-h", role: "edge", token: "t", WebSocket: NodeWebSocket, producerAcks: false, backoff: { maxAttempts: 1 } });
+  const edge = new RawpClient({ url: `ws://127.0.0.1:${port}/v1/ws`, sessionId: "s-h", role: "edge", token: "t", WebSocket: NodeWebSocket, backoff: { maxAttempts: 1 } });
   const errors: Error[] = [];
   edge.on("error", (e) => errors.push(e));
   edge.on("frame", () => {

@@ -1,18 +1,30 @@
 // Unit tests: generated types, decoder, buffers, backoff, persistence, the view's §7.8 path.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { BoundedBuffer, selectBacklog } from "../src/buffers.js";
 import { Backoff } from "../src/client.js";
 import { decode } from "../src/codec.js";
 import { memoryStore, webStore } from "../src/persistence.js";
+import { allowedTypes } from "../src/state.js";
 import { SessionView, pyRepr } from "../src/view.js";
-import { packageDir } from "./helpers.js";
+import { packageDir, repoDir } from "./helpers.js";
 
-test("the checked-in frame types and schema module equal a fresh generation from schemas/", () => {
+test("the checked-in frame types, schema module and direction table equal a fresh generation from schemas/", () => {
   const run = spawnSync(process.execPath, [join(packageDir, "scripts", "gen-types.mjs"), "--check"], { encoding: "utf8" });
   assert.equal(run.status, 0, run.stderr + run.stdout);
+});
+
+test("the direction table is each role's frame union in schemas/", () => {
+  for (const role of ["client", "edge", "master"] as const) {
+    const schema = JSON.parse(readFileSync(join(repoDir, "schemas", `${role}-frame.json`), "utf8"));
+    const types = (schema.anyOf as Array<{ $ref: string }>).map((m) => schema.$defs[m.$ref.replace("#/$defs/", "")].properties.type.enum[0]);
+    assert.deepEqual([...allowedTypes(role)].sort(), [...types].sort(), role);
+  }
+  assert.ok(allowedTypes("master").has("connection.ack")); // producer acks, notes §16.3
+  assert.ok(allowedTypes("client").has("agent.interaction.cancel")); // notes §16.4
 });
 
 const envelope = { message_id: "m-1", session_id: "s", timestamp: "2026-11-29T09:00:00Z" };
