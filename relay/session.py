@@ -34,9 +34,11 @@ from protocol.buffers import BoundedBuffer
 from protocol.errors import (
     ClientAttached,
     Forbidden,
+    FormatVersionError,
     NotAllowed,
     ProtocolError,
     StoreError,
+    StoreUnavailable,
     StoreUnavailableError,
 )
 from protocol.finalize import finalize, plan_history
@@ -136,6 +138,9 @@ class Participant:
             on_overflow=self._overflow,
         )
         self.acked: int | None = None
+        # The oldest of its frames the store refused and it has not sent again: until it does,
+        # its later frames are refused too, so what it re-sends is logged in order (notes §12).
+        self.refused_from: str | None = None
 
     @property
     def id(self) -> str:
@@ -343,8 +348,12 @@ class Session:
         for participant, frame, raw in batch:
             if self.terminated:
                 return
+            if participant.refused_from == frame.message_id:
+                participant.refused_from = None  # sent again (maybe logged after all)
             if participant.fenced or frame.message_id in self._recent or frame.message_id in folded:
                 continue  # fenced generation, or a duplicate: logged once (notes §7)
+            if participant.refused_from is not None and not self._resends(participant, frame):
+                continue
             if isinstance(frame, History):
                 await self._flush(pending)
                 pending = []
@@ -360,7 +369,8 @@ class Session:
                 judge = check if isinstance(frame, Deleted) else fold
                 warnings = judge(self.state, frame, participant.role)
             except ProtocolError as exc:
-                participant.send_error(exc)
+                if not await self._logged(frame.message_id):
+                    participant.send_error(exc)
                 continue
             for warning in warnings:
                 participant.send_error(warning)
@@ -387,6 +397,28 @@ class Session:
                 await self._terminate("error", participant.role)
                 return
         self._launch(pending)
+
+    def _resends(self, participant: Participant, frame: Frame | GenericFrame) -> bool:
+        """Has a participant whose frame the store refused now sent it again? If not, this
+        later frame is refused too: a re-send is logged in its production order (notes §12)."""
+        if isinstance(frame, History):
+            participant.refused_from = None
+            return True
+        participant.send_error(
+            StoreUnavailable(
+                f"frame {frame.message_id} was not stored: frame {participant.refused_from} "
+                "before it was refused; send again from there"
+            )
+        )
+        return False
+
+    async def _logged(self, message_id: str) -> bool:
+        """Is the frame in the log already (a re-sent frame whose reply the store lost, or a
+        session loaded since)? Then the state refused it for being there: a duplicate."""
+        try:
+            return await self.hub.store.message_seq(self.id, message_id) is not None
+        except StoreError:
+            return False
 
     async def _flush(self, pending: list[_Pending]) -> bool:
         """Append folded frames behind those in flight and deliver all. False if refused."""
@@ -455,6 +487,8 @@ class Session:
     def _refuse(self, pending: list[_Pending], cause: BaseException) -> None:
         for p in pending:
             if p.participant is not None:
+                if p.participant.refused_from is None and _retryable(cause):
+                    p.participant.refused_from = p.frame.message_id
                 p.participant.send_error(refusal(cause, p.frame.message_id))
 
     def _committed(self, entry: LogEntry, sender: Participant | None) -> None:
@@ -625,6 +659,8 @@ class Session:
             sender_id=participant.id,
             sender_role=participant.role,
             exclude=participant.id,
+            # welcome.received reports the history's last frame (notes §4); none kept: unchanged
+            received_id=plan.accepted[-1].message_id if plan.accepted else "",
         )
         if not await self._flush([_Pending(participant, entry_frame, entry)]):
             self.state = previous
@@ -711,6 +747,11 @@ class Session:
         record.node_id = settings.node_id
         record.detached_at_ms = None
         record.buffer = self._grant(p.buffer, record.buffer)
+        if resumed:
+            # From the log, not the record: right at once after a takeover on another node.
+            record.last_received_message_id = await store.last_received(
+                self.id, record.participant_id
+            )
         await store.clear_deadline(self.id, record.participant_id)
         participant = Participant(
             self, record, sink, principal, send_queue_bytes=settings.send_queue_bytes
@@ -955,6 +996,11 @@ class Session:
             *(q.sink.close(_NORMAL, reason) for q in attached), return_exceptions=True
         )
         self.participants.clear()
+
+
+def _retryable(cause: BaseException) -> bool:
+    """A refusal the sender may retry (``store_unavailable``): its re-send must be in order."""
+    return isinstance(cause, StoreError) and not isinstance(cause, FormatVersionError)
 
 
 def _new_participant_id() -> str:
