@@ -30,11 +30,12 @@ import msgspec
 import structlog
 
 from protocol import codec
-from protocol.buffers import BoundedBuffer
+from protocol.buffers import BoundedBuffer, buffer_status
 from protocol.errors import (
     ClientAttached,
     Forbidden,
     FormatVersionError,
+    InvalidFrame,
     NotAllowed,
     ProtocolError,
     StoreError,
@@ -89,6 +90,7 @@ _BATCHES_PER_HOLD: Final = 16  # then the lock is released, so attaches are not 
 _FIRST: Final = asyncio.FIRST_COMPLETED
 _MAX_FLUSH_WAIT: Final = 0.02  # seconds: the most a delivery waits for the session's flush
 _RECENT_IDS: Final = 65536
+_BACKLOG_PAGE: Final = 256  # log entries read at once while a backlog is built
 _SUPERSEDED: Final = 4409
 _NORMAL: Final = 1000
 
@@ -363,6 +365,9 @@ class Session:
             if isinstance(frame, Deleted) and not participant.principal.may_delete():
                 participant.send_error(NotAllowed("this credential may not delete the session"))
                 continue
+            head, tail = codec.stamp_parts(raw, frame, participant.sender)
+            if not self._fits(participant, frame, len(head) + len(tail)):
+                continue
             try:
                 # A delete request is checked, not folded: it is not logged, and folding it
                 # would close the open calls and turn before the cleanup frames are made.
@@ -379,7 +384,6 @@ class Session:
                 await self._flush(pending)
                 await self._terminate("user_request", participant.role)
                 return
-            head, tail = codec.stamp_parts(raw, frame, participant.sender)
             entry = NewEntry(
                 message_id=frame.message_id,
                 type=frame.type,
@@ -397,6 +401,21 @@ class Session:
                 await self._terminate("error", participant.role)
                 return
         self._launch(pending)
+
+    def _fits(self, participant: Participant, frame: Frame | GenericFrame, stamped: int) -> bool:
+        """Will the frame, as delivered (seq and sender added), fit the welcome's
+        ``max_frame_bytes``? If not it is refused ``invalid_frame``, not logged (docs §2)."""
+        limit = self.hub.settings.max_frame_bytes
+        size = stamped + len(str(self.head * 10 + 10))  # room for the seq it will get
+        if size <= limit:
+            return True
+        participant.send_error(
+            InvalidFrame(
+                f"frame {frame.message_id} would be {size} bytes as delivered (seq and sender "
+                f"added); max_frame_bytes is {limit}"
+            )
+        )
+        return False
 
     def _resends(self, participant: Participant, frame: Frame | GenericFrame) -> bool:
         """Has a participant whose frame the store refused now sent it again? If not, this
@@ -820,45 +839,91 @@ class Session:
             **self._envelope(),
         )
 
-    async def _backlog(self, participant: Participant, cursor: int, resume_id: str | None) -> bytes:
-        """The M→participant ``session.history`` for everything after ``cursor`` (notes §7)."""
+    async def _backlog(
+        self, participant: Participant, cursor: int, resume_id: str | None
+    ) -> bytearray:
+        """The M→participant ``session.history`` for everything after ``cursor`` (notes §7).
+
+        Streamed: the log is read a page at a time into the participant's bounded buffer,
+        and the frame is assembled from the buffer's entries as they are released, so a
+        backlog costs about one copy of what it keeps (docs/protocol.md §7). The frame fits
+        the welcome's ``max_frame_bytes``: what does not fit is lost by the policy's rule.
+        """
         store = self.hub.store
         grant = participant.record.buffer
         assert grant is not None
-        # up to our head only: later entries reach the participant live (multi-node)
-        entries = await store.read(self.id, after_seq=cursor, before_seq=self.head + 1)
+        head = self.head  # up to our head only: later entries reach the participant live
         first_kept = await store.trimmed_before(self.id)
         anchor = (await store.read(self.id, after_seq=cursor - 1, limit=1)) if cursor > 0 else []
         anchor_entry = anchor[0] if anchor and anchor[0].seq == cursor else None
         # A cursor past our head, or naming another frame, is from a log we no longer have.
-        foreign = cursor > self.head or (
+        foreign = cursor > head or (
             resume_id is not None
             and anchor_entry is not None
             and anchor_entry.message_id != resume_id
         )
         trimmed = max(0, first_kept - cursor - 1) if cursor < first_kept else 0
-        buffer: BoundedBuffer[LogEntry] = BoundedBuffer(grant.policy, grant.capacity_bytes)
-        for entry in entries:
-            if entry.delivered_to(participant.id, participant.role):
-                buffer.push(entry.data, entry)
-        buffer_status = buffer.status(extra_lost=trimmed, unknown_loss=foreign)
+        buffer: BoundedBuffer[int] = BoundedBuffer(grant.policy, grant.capacity_bytes)
+        after = cursor
+        while after < head:
+            page = await store.read(
+                self.id, after_seq=after, before_seq=head + 1, limit=_BACKLOG_PAGE
+            )
+            if not page:
+                break
+            for entry in page:
+                if entry.delivered_to(participant.id, participant.role):
+                    buffer.push(entry.data, entry.seq)
+            after = page[-1].seq
         if anchor_entry is not None:
             last_id = anchor_entry.message_id
             last_time = codec.decode(anchor_entry.data).timestamp
         else:
             last_id = ""
             last_time = codec.parse_time(self.header.created_at)
-        history = History(
-            payload=HistoryPayload(
-                frames=[msgspec.Raw(data) for data in buffer.kept_bytes()],
-                buffer_status=buffer_status,
-                last_sync_timestamp=last_time,
-                last_message_id=last_id,
-            ),
-            sender=self.hub.master_sender,
-            **self._envelope(),
-        )
-        return codec.encode(history)
+
+        lost = buffer.lost_frame_count
+        watermark = buffer.high_watermark
+
+        def envelope(dropped: int) -> bytes:
+            status_ = buffer_status(
+                grant.policy,
+                lost_frame_count=None if foreign or lost is None else lost + trimmed + dropped,
+                buffer_high_watermark=watermark,
+            )
+            history = History(
+                payload=HistoryPayload(
+                    frames=[],
+                    buffer_status=status_,
+                    last_sync_timestamp=last_time,
+                    last_message_id=last_id,
+                ),
+                sender=self.hub.master_sender,
+                **self._envelope(),
+            )
+            return codec.encode(history)
+
+        kept = deque(buffer.drain())  # from here on ``kept`` holds the only references
+        size = sum(len(item.data) for item in kept) + max(0, len(kept) - 1)
+        dropped = 0
+        bare = envelope(0)
+        limit = self.hub.settings.max_frame_bytes
+        while kept and len(bare) + size > limit:
+            # RING keeps the newest, DROP the oldest: the other end goes (never a gap)
+            item = kept.popleft() if grant.policy == "RING" else kept.pop()
+            size -= len(item.data) + (1 if kept else 0)
+            dropped += 1
+            bare = envelope(dropped)
+        before, _, rest = bare.partition(b'"frames":[]')
+        out = bytearray(before)
+        out += b'"frames":['
+        while kept:
+            out += kept.popleft().data  # each entry released once it is copied
+            if kept:
+                out += b","
+        out += b"]"
+        out += rest
+        return out
 
     async def detach(self, participant: Participant, *, finalize_client: bool = True) -> None:
         """The participant's connection is gone (notes §5): presence, window, §7.8.1."""

@@ -14,11 +14,17 @@ plan injects faults while it streams:
                           declared dead and swept), then SIGCONT: fencing must keep it out
 ``node_pause_short``      SIGSTOP a node briefly (not declared dead), then SIGCONT
 ``node_kill``             kill -9 a node, start it again (same id and ports)
-``redis_pause``           SIGSTOP / SIGCONT redis-server
+``redis_pause``           SIGSTOP / SIGCONT redis-server briefly
+``redis_pause_long``      SIGSTOP redis-server past the nodes' Redis timeout (5 s): calls
+                          time out and are retried on new connections while the old copies
+                          wait in Redis's socket buffers, to run when it resumes; every node
+                          looks dead once it does (the declared-dead path, fencing)
 ``redis_kill``            kill -9 redis-server and start it again (AOF replayed)
 ``proxy_cut``             cut every connection between a node and Redis
 ``proxy_delay``           hold a node's Redis replies back for a while
-``proxy_lose_replies``    a node's scripts run but their replies are lost, then the cut
+``proxy_lose_replies``    a node's scripts run but their replies are lost, then the cut and
+                          a while of refused connections (the retries fail too: frames the
+                          log holds are answered ``store_unavailable``)
 ``client_drop``           the client's TCP connection is cut; it reattaches on a random node
 ``edge_drop``             an edge is cut; it reattaches on a random node with its cursor
 ========================  ===================================================================
@@ -58,6 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from bench._procs import _child_setup
 from bench._workload import TIMESTAMP, hello
 from bench._wsraw import RawWS, open_raw
 from protocol import codec
@@ -78,6 +85,7 @@ FAULTS: Final = (
     "node_pause_short",
     "node_kill",
     "redis_pause",
+    "redis_pause_long",
     "redis_kill",
     "proxy_cut",
     "proxy_delay",
@@ -176,7 +184,11 @@ class FaultCluster:
         log = (self.directory / f"{node.node_id}.log").open("ab")
         try:
             node.process = await asyncio.create_subprocess_exec(
-                *argv, stdout=asyncio.subprocess.PIPE, stderr=log, stdin=asyncio.subprocess.DEVNULL
+                *argv,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=log,
+                stdin=asyncio.subprocess.DEVNULL,
+                preexec_fn=_child_setup,  # dies with the test run (PR_SET_PDEATHSIG)
             )
         finally:
             log.close()
@@ -508,9 +520,9 @@ async def _inject(
         node = rng.choice(nodes)
         if node.up:
             await cluster.kill_and_restart(node, rng.uniform(0.1, 0.5))
-    elif fault == "redis_pause":
+    elif fault in ("redis_pause", "redis_pause_long"):
         cluster.pause_redis()
-        await asyncio.sleep(rng.uniform(0.2, 1.2))
+        await asyncio.sleep(rng.uniform(0.2, 1.2) if fault == "redis_pause" else 5.5)
         cluster.resume_redis()
     elif fault == "redis_kill":
         await cluster.restart_redis(rng.uniform(0.1, 0.8))
@@ -522,7 +534,11 @@ async def _inject(
         await asyncio.sleep(rng.uniform(0.3, 1.5))
         proxy.delay(0.0)
     elif fault == "proxy_lose_replies":
-        await rng.choice(nodes).proxy.lose_replies(rng.uniform(0.05, 0.4))
+        proxy = rng.choice(nodes).proxy
+        await proxy.lose_replies(rng.uniform(0.05, 0.4))
+        proxy.refuse(True)
+        await asyncio.sleep(rng.uniform(0.0, 1.0))
+        proxy.refuse(False)
 
 
 def _node_of(cluster: FaultCluster, ws: RawWS | None) -> Node | None:
@@ -552,7 +568,9 @@ async def run_trial(
     edges = [_Edge(), _Edge()]
     deadline = time.monotonic() + timeout
     plan = sorted(
-        (rng.randrange(len(client.script)), rng.choice(faults)) for _ in range(fault_count)
+        # in the first two thirds of the stream, so the faults hit it in full flow
+        (rng.randrange(len(client.script) * 2 // 3), rng.choice(faults))
+        for _ in range(fault_count)
     )
     running: list[asyncio.Task[None]] = []
     state: dict[str, Any] = {}
