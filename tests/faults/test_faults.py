@@ -10,9 +10,9 @@ import asyncio
 import json
 import random
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
 from bench._workload import hello
 from bench._wsraw import open_raw
@@ -21,15 +21,20 @@ from tests.support.redis_server import redis_server_binary
 
 __all__: list[str] = []
 
-pytestmark = [pytest.mark.redis, pytest.mark.timeout(240)]
+# one cluster for the module (each trial heals it and uses a session of its own)
+pytestmark = [
+    pytest.mark.redis,
+    pytest.mark.timeout(120),
+    pytest.mark.asyncio(loop_scope="module"),
+]
 
 
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[FaultCluster]:
-    """Two nodes and a redis-server of this test's own, proxies between them."""
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[FaultCluster]:
+    """Two nodes and a redis-server of this module's own, proxies between them."""
     if redis_server_binary() is None:
         pytest.skip("redis-server is not on PATH")
-    started = FaultCluster(tmp_path)
+    started = FaultCluster(tmp_path_factory.mktemp("faults"))
     try:
         await started.start()
         yield started
@@ -43,6 +48,13 @@ async def test_each_fault_keeps_the_log_true(cluster: FaultCluster, fault: str) 
     seed = 100 + FAULTS.index(fault)
     result = await run_trial(cluster, seed=seed, faults=(fault,), fault_count=1)
     assert result.ok, f"seed {result.seed}: {result.problems}"
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_seeded_mixed_faults_keep_the_log_true(cluster: FaultCluster, seed: int) -> None:
+    """Two to three faults of any kind in one trial: the checker finds nothing."""
+    result = await run_trial(cluster, seed=seed, fault_count=2 + seed % 2)
+    assert result.ok, f"seed {result.seed} {dict(result.faults)}: {result.problems}"
 
 
 async def test_a_node_declared_dead_logs_nothing_after_its_sweep(cluster: FaultCluster) -> None:
