@@ -30,7 +30,7 @@ import msgspec
 import structlog
 
 from protocol import codec
-from protocol.buffers import BoundedBuffer, buffer_status
+from protocol.buffers import BoundedBuffer
 from protocol.errors import (
     ClientAttached,
     Forbidden,
@@ -882,15 +882,8 @@ class Session:
             last_id = ""
             last_time = codec.parse_time(self.header.created_at)
 
-        lost = buffer.lost_frame_count
-        watermark = buffer.high_watermark
-
         def envelope(dropped: int) -> bytes:
-            status_ = buffer_status(
-                grant.policy,
-                lost_frame_count=None if foreign or lost is None else lost + trimmed + dropped,
-                buffer_high_watermark=watermark,
-            )
+            status_ = buffer.status(extra_lost=trimmed + dropped, unknown_loss=foreign)
             history = History(
                 payload=HistoryPayload(
                     frames=[],
@@ -903,22 +896,23 @@ class Session:
             )
             return codec.encode(history)
 
-        kept = deque(buffer.drain())  # from here on ``kept`` holds the only references
-        size = sum(len(item.data) for item in kept) + max(0, len(kept) - 1)
+        kept = deque(buffer.kept_bytes())
+        size = sum(len(data) for data in kept) + max(0, len(kept) - 1)
         dropped = 0
         bare = envelope(0)
         limit = self.hub.settings.max_frame_bytes
         while kept and len(bare) + size > limit:
             # RING keeps the newest, DROP the oldest: the other end goes (never a gap)
-            item = kept.popleft() if grant.policy == "RING" else kept.pop()
-            size -= len(item.data) + (1 if kept else 0)
+            data = kept.popleft() if grant.policy == "RING" else kept.pop()
+            size -= len(data) + (1 if kept else 0)
             dropped += 1
             bare = envelope(dropped)
+        buffer.drain()  # from here on ``kept`` holds the only references
         before, _, rest = bare.partition(b'"frames":[]')
         out = bytearray(before)
         out += b'"frames":['
         while kept:
-            out += kept.popleft().data  # each entry released once it is copied
+            out += kept.popleft()  # each entry released once it is copied
             if kept:
                 out += b","
         out += b"]"
