@@ -16,7 +16,7 @@ import pytest_asyncio
 
 from bench._workload import hello
 from bench._wsraw import open_raw
-from tests.faults.harness import API_KEY, FAULTS, FaultCluster, _script, run_trial
+from tests.faults.harness import API_KEY, FAULTS, FaultCluster, _history, _script, run_trial
 from tests.support.redis_server import redis_server_binary
 
 __all__: list[str] = []
@@ -64,7 +64,8 @@ async def test_a_node_declared_dead_logs_nothing_after_its_sweep(cluster: FaultC
     victim, other = cluster.nodes
     client = await open_raw("127.0.0.1", victim.ws_port)
     client.send_text(hello(sid, "client", API_KEY, create=True))
-    assert json.loads(await client.recv())["type"] == "connection.welcome"
+    client_welcome = await client.recv()
+    assert json.loads(client_welcome)["type"] == "connection.welcome"
     script = _script(sid, random.Random(7), 1)
     client.send_text(script[0])  # the turn starts
     client.send_text(script[1])
@@ -83,4 +84,18 @@ async def test_a_node_declared_dead_logs_nothing_after_its_sweep(cluster: FaultC
     log = await cluster.log(sid)
     assert [e.sender_role for e in log[swept:]] == [], "the fenced node logged after the sweep"
     assert all(e.sender_role != "client" for e in log[3:])
+    # Under its new lease the node serves again: the client comes back through it, its
+    # history unfinalizes, and what it sends from there is logged.
+    welcome_frame = json.loads(client_welcome)
+    again = await open_raw("127.0.0.1", victim.ws_port)
+    pid = welcome_frame["payload"]["participant_id"]
+    again.send_text(hello(sid, "client", API_KEY, participant_id=pid))
+    welcome = json.loads(await again.recv())
+    received = welcome["payload"]["received"]["last_message_id"]
+    assert received == json.loads(script[1])["message_id"]
+    again.send_text(_history(sid, script[2:6], received))
+    async with asyncio.timeout(20):
+        while not any(e.type == "session.history" for e in await cluster.log(sid)):
+            await asyncio.sleep(0.05)
+    again.abort()
     assert other.up
