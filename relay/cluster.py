@@ -499,6 +499,12 @@ class ClusterNode(Node):
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.05)
             self._mutex[session.id] = token
+            if session.id not in self._holding:
+                # Held before anything is written under the mutex (an expiry, a detach, a
+                # recovery): if we are declared dead meanwhile, the sweep fences this session
+                # too, so a paused node's late write cannot land after it.
+                await self.store.hold_session(self.id, session.id)
+                self._holding.add(session.id)
             await self._sync(session)
             await self._refresh_client(session)
         except StoreError as exc:
