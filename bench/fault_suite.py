@@ -43,7 +43,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     trials = 25 if args.quick else 500
     faults: Counter[str] = Counter()
     failures: list[dict[str, Any]] = []
-    frames = entries = welcomes = 0
+    frames = entries = welcomes = noted = 0
     durations: list[float] = []
     skipped = redis_available()
     started = time.perf_counter()
@@ -62,6 +62,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
                     frames += result.frames
                     entries += result.log_entries
                     welcomes += result.welcomes
+                    noted += bool(result.notes)
                     if not result.ok:
                         failures.append(
                             {
@@ -89,6 +90,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         "client_frames": frames,
         "log_entries": entries,
         "reattach_welcomes_checked": welcomes,
+        "trials_with_client_refusals": noted,
         "trial_seconds_max": round(max(durations, default=0.0), 1),
         "seconds": round(seconds, 1),
         "figures": [
@@ -129,6 +131,10 @@ def markdown(result: dict[str, Any]) -> str:
                 ["client frames streamed", f"{r['client_frames']:,}"],
                 ["log entries checked", f"{r['log_entries']:,}"],
                 ["reattach welcomes checked", f"{r['reattach_welcomes_checked']:,}"],
+                [
+                    "trials where the client got a refusal (reported, not a failure)",
+                    f"{r['trials_with_client_refusals']:,}",
+                ],
                 ["longest trial", f"{r['trial_seconds_max']} s"],
                 ["duration", f"{r['seconds']} s"],
             ],

@@ -1123,6 +1123,10 @@ class RedisStore(Store):
                 keys=keys, args=[node_id, "1" if new_epoch else "0"]
             )
         if node_id == self.node_id:
+            if not new_epoch and self.lease_epoch and int(epoch) != self.lease_epoch:
+                # A new epoch we did not ask for: we were not registered, i.e. declared
+                # dead, even if a retry after a lost reply found us registered again.
+                registered = 0
             self.lease_epoch = max(self.lease_epoch, int(epoch))
         return bool(registered)
 
