@@ -173,6 +173,9 @@ class Node:
         """Is the participant attached on another node (so its deadline is moot)?"""
         return False
 
+    async def fence(self, session: Session, node_id: str, epoch: int) -> None:
+        """Refuse the dead ``node_id``'s appends to the session under leases up to ``epoch``."""
+
     def store_failed(self, session: Session) -> None:
         """The store failed mid-change: the next use reloads the session."""
         self.hub.forget(session)
@@ -255,6 +258,7 @@ class ClusterNode(Node):
         self._holding: set[str] = set()  # sessions in our held set
         self._fence_waits: dict[tuple[str, str], asyncio.Future[None]] = {}
         self._reconcile = False
+        self._rejoin = False  # a session fenced us: take a new lease epoch at the next beat
         self._tasks: list[asyncio.Task[None]] = []
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -264,9 +268,21 @@ class ClusterNode(Node):
         loop = asyncio.get_running_loop()
         self._sub = await self.store.subscribe(own=False)
         self._tasks.append(loop.create_task(self._dispatch()))
+        self.store.on_fenced = self._fenced_self
         # What an earlier process with this node id held is stale: it has no connections now.
-        await self._sweep(self.id, force=True)
-        await self.store.node_heartbeat(self.id)
+        # Claimed before we register (a new lease epoch), recovered after: the sweep fences
+        # the old epoch in each session, our appends carry the new one.
+        token = secrets.token_hex(8)
+        previous = await self.store.claim_node(
+            self.id,
+            dead_after_ms=self.dead_after_ms,
+            lease_ms=_SWEEP_LEASE_MS,
+            token=token,
+            force=True,
+        )
+        await self.store.node_heartbeat(self.id, new_epoch=True)
+        if previous is not None:
+            await self._recover_node(self.id, previous, token)
         self._tasks.append(loop.create_task(self._heartbeats()))
         self._tasks.append(loop.create_task(self._sweeps()))
         log.info("node_joined", node_id=self.id)
@@ -483,6 +499,12 @@ class ClusterNode(Node):
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.05)
             self._mutex[session.id] = token
+            if session.id not in self._holding:
+                # Held before anything is written under the mutex (an expiry, a detach, a
+                # recovery): if we are declared dead meanwhile, the sweep fences this session
+                # too, so a paused node's late write cannot land after it.
+                await self.store.hold_session(self.id, session.id)
+                self._holding.add(session.id)
             await self._sync(session)
             await self._refresh_client(session)
         except StoreError as exc:
@@ -539,7 +561,10 @@ class ClusterNode(Node):
         ages = await self.store.node_ages()
         dead = {r.node_id for r in remote if not self._alive(ages, r.node_id)}
         for node in sorted(dead):
-            # Its node died and no sweep reached this session yet: recover it now (once).
+            # Its node died and no sweep reached this session yet: fence it here, catch up
+            # with what it logged before the fence, and recover the session now (once).
+            await self.fence(session, node, await self.store.node_epoch(node))
+            await self._sync(session)
             await recover_locked(self.hub, session, node, self.metrics.recovered)
         if dead:
             records = await self.store.list_participants(session.id)
@@ -606,6 +631,10 @@ class ClusterNode(Node):
 
     # --- hooks on the session's paths ------------------------------------------------------
 
+    async def fence(self, session: Session, node_id: str, epoch: int) -> None:
+        """Refuse ``node_id``'s appends to the session under leases up to ``epoch``."""
+        await self.store.fence_node(session.id, node_id, epoch)
+
     async def detaching(self, session: Session, participant: Participant) -> bool:
         """Take the mutex; True when the participant's record is still ours to write."""
         await self._enter(session)
@@ -630,6 +659,8 @@ class ClusterNode(Node):
             self.hub.metrics.store_errors.inc()
             for participant, frame, _raw in batch:
                 if not participant.fenced:
+                    if participant.refused_from is None:  # its re-send must start here
+                        participant.refused_from = frame.message_id
                     participant.send_error(
                         StoreUnavailable(
                             f"frame {frame.message_id} was not stored: the store is unavailable"
@@ -676,13 +707,23 @@ class ClusterNode(Node):
 
     # --- liveness ---------------------------------------------------------------------------
 
+    def _fenced_self(self) -> None:
+        """A session refused our append under the current lease: we were declared dead."""
+        if self._rejoin:
+            return  # already known; the next heartbeat takes the new lease
+        self._rejoin = True
+        self._declared_dead()
+
     async def _heartbeats(self) -> None:
         failing = False
         while True:
             _check_cancelled()
             await asyncio.sleep(self.heartbeat_s)
             try:
-                registered = await self.store.node_heartbeat(self.id)
+                rejoin = self._rejoin
+                registered = await self.store.node_heartbeat(self.id, new_epoch=rejoin)
+                if rejoin:
+                    self._rejoin = False
             except StoreError as exc:
                 self.metrics.heartbeat_failures.inc()
                 if not failing:
@@ -749,15 +790,19 @@ class ClusterNode(Node):
     async def _sweep(self, node_id: str, *, force: bool = False) -> None:
         """Claim a dead node (exactly one claimer wins) and recover every session it held."""
         token = secrets.token_hex(8)
-        claimed = await self.store.claim_node(
+        epoch = await self.store.claim_node(
             node_id,
             dead_after_ms=self.dead_after_ms,
             lease_ms=_SWEEP_LEASE_MS,
             token=token,
             force=force,
         )
-        if not claimed:
+        if epoch is None:
             return
+        await self._recover_node(node_id, epoch, token)
+
+    async def _recover_node(self, node_id: str, epoch: int, token: str) -> None:
+        """Fence and recover every session the claimed node held (``epoch``: its lease)."""
         held = await self.store.held_sessions(node_id)
         if node_id != self.id:
             self.metrics.dead_nodes.inc()
@@ -765,7 +810,9 @@ class ClusterNode(Node):
         for session_id in held:
             _check_cancelled()
             try:
-                await recover_session(self.hub, session_id, node_id, self.metrics.recovered)
+                await recover_session(
+                    self.hub, session_id, node_id, self.metrics.recovered, fence_epoch=epoch
+                )
             except StoreError:
                 return  # the lease runs out and the next sweep does the rest
             except Exception:

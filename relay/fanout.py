@@ -27,11 +27,15 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
 
-__all__ = ["SLOW_CONSUMER", "Outbox", "Sink"]
+__all__ = ["SLOW_CONSUMER", "Data", "Outbox", "Sink"]
 
 SLOW_CONSUMER: Final = 4429
 
 _CHUNK: Final = 64 * 1024  # bytes framed into one transport write
+_LARGE: Final = 1 << 20  # a message this big is written in slices, never joined (a backlog)
+
+Data = bytes | bytearray
+"""An encoded frame: ``bytes``, or the ``bytearray`` a streamed backlog is assembled in."""
 _SMALL_HEADERS: Final = tuple(bytes((0x81, n)) for n in range(126))  # FIN + text, no mask
 _pack_16: Final = struct.Struct("!BBH").pack
 _pack_64: Final = struct.Struct("!BBQ").pack
@@ -41,9 +45,16 @@ def _text_header(n: int) -> bytes:
     """The header of an unmasked, unfragmented text frame of ``n`` payload bytes."""
     if n < 126:
         return _SMALL_HEADERS[n]
+    return _header(0x81, n)
+
+
+def _header(first: int, n: int) -> bytes:
+    """An unmasked frame header: ``first`` is FIN | opcode, ``n`` the payload length."""
+    if n < 126:
+        return bytes((first, n))
     if n < 65536:
-        return _pack_16(0x81, 126, n)
-    return _pack_64(0x81, 127, n)
+        return _pack_16(first, 126, n)
+    return _pack_64(first, 127, n)
 
 
 class _Direct:
@@ -116,7 +127,7 @@ class Outbox:
         self._limit = limit_bytes
         self._on_sent = on_sent
         self._on_overflow = on_overflow
-        self._queue: deque[tuple[bytes, int]] = deque()
+        self._queue: deque[tuple[Data, int]] = deque()
         self._bytes = 0
         self._allowance = 0  # bytes queued before start(): see start()
         self._waiter: asyncio.Future[None] | None = None  # the idle writer waits on it
@@ -146,12 +157,12 @@ class Outbox:
             self._allowance = self._bytes
             self._task = asyncio.get_running_loop().create_task(self._run())
 
-    def put(self, data: bytes, seq: int = 0) -> None:
+    def put(self, data: Data, seq: int = 0) -> None:
         """Queue one frame (seq 0: not a log entry) and wake the writer. Never blocks."""
         if self.post(data, seq):
             self._wake()
 
-    def post(self, data: bytes, seq: int = 0) -> bool:
+    def post(self, data: Data, seq: int = 0) -> bool:
         """Queue one frame without waking the writer: :meth:`flush` must follow. Never blocks.
 
         The fan-out posts a batch to every recipient and then flushes each once, so a frame
@@ -181,6 +192,9 @@ class Outbox:
             return
         try:
             while self._queue and direct.writable:
+                if len(self._queue[0][0]) >= _LARGE:
+                    self._wake()  # written in slices by the writer, which waits between them
+                    return
                 self._write_chunk(direct)
         except Exception:
             self._wake()  # the writer meets the same error and ends the outbox
@@ -252,7 +266,7 @@ class Outbox:
                     else:
                         data, seq = queue.popleft()
                         self._consumed(len(data))
-                        await self._sink.send(data, text=True)
+                        await self._sink.send(bytes(data), text=True)
                         if seq:
                             self._on_sent(seq)
                 finally:
@@ -265,19 +279,42 @@ class Outbox:
             self._wake_drainers()
 
     async def _write_batch(self, direct: _Direct) -> None:
-        """Frame up to _CHUNK queued bytes, write them at once, wait while paused."""
-        self._write_chunk(direct)
-        await direct.drain()
+        """Frame up to _CHUNK queued bytes, write them at once, wait while paused.
+
+        A large message (a reattach backlog) goes out as a fragmented message (RFC 6455
+        §5.4), one _CHUNK per fragment, waiting while the transport is paused after each: the
+        transport never buffers a copy of it (Python 3.11's copies what the socket did not
+        take), so it costs one copy in all, and websockets' pings may come between fragments.
+        """
+        data, seq = self._queue[0]
+        if len(data) < _LARGE:
+            self._write_chunk(direct)
+            await direct.drain()
+            return
+        self._queue.popleft()
+        view = memoryview(data)
+        size = len(view)
+        for at in range(0, size, _CHUNK):
+            piece = view[at : at + _CHUNK]
+            fin = 0x80 if at + _CHUNK >= size else 0
+            opcode = 0x1 if at == 0 else 0x0  # text, then continuations
+            direct.transport.write(_header(fin | opcode, len(piece)))
+            direct.transport.write(piece)
+            await direct.drain()
+        view.release()
+        self._consumed(len(data))
+        if seq:
+            self._on_sent(seq)
 
     def _write_chunk(self, direct: _Direct) -> None:
         """Frame up to _CHUNK queued bytes and hand them to the transport in one write."""
         queue = self._queue
-        parts: list[bytes] = []
+        parts: list[Data] = []
         append = parts.append
         small = _SMALL_HEADERS
         size = 0
         last_seq = 0
-        while queue and size < _CHUNK:
+        while queue and size < _CHUNK and (not parts or len(queue[0][0]) < _LARGE):
             data, seq = queue.popleft()
             n = len(data)
             size += n

@@ -15,7 +15,9 @@ node itself when it starts again, runs :func:`recover_session` for each session 
 
 Exactly once: recovery runs under the session's cross-node mutex after catching up with the
 log, like every other finalization (the client's detach on its own node, an attach that finds
-the dead node first). A state that was already finalized yields no frames, so a second
+the dead node first). A sweep first fences the dead node's lease epoch in the session, so a
+node that was only paused cannot append after the finalization. A state that was already
+finalized yields no frames, so a second
 recovery — a retried sweep, a sweep racing a start-up — appends nothing. When the client comes
 back (through any node) with its ``session.history``, the existing §7.8.3 path unfinalizes.
 """
@@ -23,14 +25,10 @@ back (through any node) with its ``session.history``, the existing §7.8.3 path 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
-from protocol import codec
-from protocol.errors import ProtocolError, StoreUnavailableError
+from protocol.errors import StoreUnavailableError
 from protocol.finalize import finalize
-from protocol.frames import History
-
-from .store.base import ParticipantRecord, Store
 
 if TYPE_CHECKING:
     from prometheus_client import Counter
@@ -38,23 +36,30 @@ if TYPE_CHECKING:
     from .hub import Hub
     from .session import Session
 
-__all__ = ["last_received", "recover_locked", "recover_session"]
-
-_SCAN_PAGE: Final = 256
-_SCAN_LIMIT: Final = 4096  # how far back to look for a participant's last frame
+__all__ = ["recover_locked", "recover_session"]
 
 
 async def recover_session(
-    hub: Hub, session_id: str, node_id: str, finalized: Counter | None = None
+    hub: Hub,
+    session_id: str,
+    node_id: str,
+    finalized: Counter | None = None,
+    *,
+    fence_epoch: int | None = None,
 ) -> bool:
     """Recover ``session_id`` from ``node_id``'s loss; True when synthetic frames were logged.
 
     With ``node_id`` this node's own id, participants attached here right now are kept: only
     records without a connection behind them are recovered (reconciliation after an outage).
+    ``fence_epoch`` (a sweep of a node declared dead): the session first refuses the node's
+    appends under that lease epoch, then the mutex catches up with what it logged before,
+    so nothing the node accepted after the sweep reaches the log (docs/operations.md).
     """
     session = await hub.open(session_id)
     if session is None:
         return False  # deleted meanwhile: nothing to recover
+    if fence_epoch is not None:
+        await hub.cluster.fence(session, node_id, fence_epoch)
     async with session.lock, hub.cluster.guard(session):
         return await recover_locked(hub, session, node_id, finalized)
 
@@ -78,7 +83,9 @@ async def recover_locked(
         record.detached_at_ms = now_ms
         if record.role == "client":
             lost_client = True
-            record.last_received_message_id = await last_received(store, session.id, record)
+            record.last_received_message_id = await store.last_received(
+                session.id, record.participant_id
+            )
         await store.put_participant(session.id, record)
         await store.set_deadline(hub.deadline_for(session.id, record.participant_id))
         presence = session._presence(record, "detached")
@@ -103,31 +110,3 @@ async def recover_locked(
     if finalized is not None:
         finalized.inc()
     return True
-
-
-async def last_received(store: Store, session_id: str, record: ParticipantRecord) -> str | None:
-    """The last frame the log holds from this participant (``welcome.received``).
-
-    The node that held the connection kept it in memory only; it is recomputed from the log,
-    newest first, looking back at most a few thousand entries.
-    """
-    before: int | None = None
-    scanned = 0
-    while scanned < _SCAN_LIMIT:
-        page = await store.read(session_id, before_seq=before, limit=_SCAN_PAGE, newest_first=True)
-        if not page:
-            break
-        for entry in page:
-            if entry.sender_id != record.participant_id:
-                continue
-            if entry.type == "session.history":
-                try:
-                    frame = codec.decode(entry.data)
-                    if isinstance(frame, History) and frame.payload.frames:
-                        return codec.decode(bytes(frame.payload.frames[-1])).message_id
-                except ProtocolError:
-                    pass
-            return entry.message_id
-        before = page[-1].seq
-        scanned += len(page)
-    return record.last_received_message_id

@@ -34,9 +34,12 @@ from protocol.buffers import BoundedBuffer
 from protocol.errors import (
     ClientAttached,
     Forbidden,
+    FormatVersionError,
+    InvalidFrame,
     NotAllowed,
     ProtocolError,
     StoreError,
+    StoreUnavailable,
     StoreUnavailableError,
 )
 from protocol.finalize import finalize, plan_history
@@ -90,6 +93,7 @@ _BATCHES_PER_HOLD: Final = 16  # then the lock is released, so attaches are not 
 _FIRST: Final = asyncio.FIRST_COMPLETED
 _MAX_FLUSH_WAIT: Final = 0.02  # seconds: the most a delivery waits for the session's flush
 _RECENT_IDS: Final = 65536
+_BACKLOG_PAGE: Final = 256  # log entries read at once while a backlog is built
 _SUPERSEDED: Final = 4409
 _NORMAL: Final = 1000
 
@@ -139,6 +143,9 @@ class Participant:
             on_overflow=self._overflow,
         )
         self.acked: int | None = None
+        # The oldest of its frames the store refused and it has not sent again: until it does,
+        # its later frames are refused too, so what it re-sends is logged in order (notes §12).
+        self.refused_from: str | None = None
 
     @property
     def id(self) -> str:
@@ -372,8 +379,12 @@ class Session:
         for participant, frame, raw in batch:
             if self.terminated:
                 return
+            if participant.refused_from == frame.message_id:
+                participant.refused_from = None  # sent again (maybe logged after all)
             if participant.fenced or frame.message_id in self._recent or frame.message_id in folded:
                 continue  # fenced generation, or a duplicate: logged once (notes §7)
+            if participant.refused_from is not None and not self._resends(participant, frame):
+                continue
             if isinstance(frame, History):
                 await self._flush(pending)
                 pending = []
@@ -390,13 +401,17 @@ class Session:
                 # non-fatal, not logged, nothing ends
                 participant.send_error(exc, ref_message_id=frame.message_id)
                 continue
+            head, tail = codec.stamp_parts(raw, frame, participant.sender)
+            if not self._fits(participant, frame, len(head) + len(tail)):
+                continue
             try:
                 # A delete request is checked, not folded: it is not logged, and folding it
                 # would close the open calls and turn before the cleanup frames are made.
                 judge = check if isinstance(frame, Deleted) else fold
                 warnings = judge(self.state, frame, participant.role)
             except ProtocolError as exc:
-                participant.send_error(exc, ref_message_id=frame.message_id)
+                if not await self._logged(frame.message_id):
+                    participant.send_error(exc, ref_message_id=frame.message_id)
                 continue
             for warning in warnings:
                 participant.send_error(warning)
@@ -405,7 +420,6 @@ class Session:
                 await self._flush(pending)
                 await self._terminate("user_request", participant.role)
                 return
-            head, tail = codec.stamp_parts(raw, frame, participant.sender)
             entry = NewEntry(
                 message_id=frame.message_id,
                 type=frame.type,
@@ -423,6 +437,43 @@ class Session:
                 await self._terminate("error", participant.role)
                 return
         self._launch(pending)
+
+    def _fits(self, participant: Participant, frame: Frame | GenericFrame, stamped: int) -> bool:
+        """Will the frame, as delivered (seq and sender added), fit the welcome's
+        ``max_frame_bytes``? If not it is refused ``invalid_frame``, not logged (docs §2)."""
+        limit = self.hub.settings.max_frame_bytes
+        size = stamped + len(str(self.head * 10 + 10))  # room for the seq it will get
+        if size <= limit:
+            return True
+        participant.send_error(
+            InvalidFrame(
+                f"frame {frame.message_id} would be {size} bytes as delivered (seq and sender "
+                f"added); max_frame_bytes is {limit}"
+            )
+        )
+        return False
+
+    def _resends(self, participant: Participant, frame: Frame | GenericFrame) -> bool:
+        """Has a participant whose frame the store refused now sent it again? If not, this
+        later frame is refused too: a re-send is logged in its production order (notes §12)."""
+        if isinstance(frame, History):
+            participant.refused_from = None
+            return True
+        participant.send_error(
+            StoreUnavailable(
+                f"frame {frame.message_id} was not stored: frame {participant.refused_from} "
+                "before it was refused; send again from there"
+            )
+        )
+        return False
+
+    async def _logged(self, message_id: str) -> bool:
+        """Is the frame in the log already (a re-sent frame whose reply the store lost, or a
+        session loaded since)? Then the state refused it for being there: a duplicate."""
+        try:
+            return await self.hub.store.message_seq(self.id, message_id) is not None
+        except StoreError:
+            return False
 
     async def _flush(self, pending: list[_Pending]) -> bool:
         """Append folded frames behind those in flight and deliver all. False if refused."""
@@ -491,6 +542,8 @@ class Session:
     def _refuse(self, pending: list[_Pending], cause: BaseException) -> None:
         for p in pending:
             if p.participant is not None:
+                if p.participant.refused_from is None and _retryable(cause):
+                    p.participant.refused_from = p.frame.message_id
                 p.participant.send_error(
                     refusal(cause, p.frame.message_id), ref_message_id=p.frame.message_id
                 )
@@ -697,6 +750,8 @@ class Session:
             sender_id=participant.id,
             sender_role=participant.role,
             exclude=participant.id,
+            # welcome.received reports the history's last frame (notes §4); none kept: unchanged
+            received_id=plan.accepted[-1].message_id if plan.accepted else "",
         )
         if not await self._flush([_Pending(participant, entry_frame, entry)]):
             self.state = previous
@@ -789,6 +844,11 @@ class Session:
         record.node_id = settings.node_id
         record.detached_at_ms = None
         record.buffer = self._grant(p.buffer, record.buffer)
+        if resumed:
+            # From the log, not the record: right at once after a takeover on another node.
+            record.last_received_message_id = await store.last_received(
+                self.id, record.participant_id
+            )
         await store.clear_deadline(self.id, record.participant_id)
         participant = Participant(
             self, record, sink, principal, send_queue_bytes=settings.send_queue_bytes
@@ -857,45 +917,85 @@ class Session:
             **self._envelope(),
         )
 
-    async def _backlog(self, participant: Participant, cursor: int, resume_id: str | None) -> bytes:
-        """The M→participant ``session.history`` for everything after ``cursor`` (notes §7)."""
+    async def _backlog(
+        self, participant: Participant, cursor: int, resume_id: str | None
+    ) -> bytearray:
+        """The M→participant ``session.history`` for everything after ``cursor`` (notes §7).
+
+        Streamed: the log is read a page at a time into the participant's bounded buffer,
+        and the frame is assembled from the buffer's entries as they are released, so a
+        backlog costs about one copy of what it keeps (docs/protocol.md §7). The frame fits
+        the welcome's ``max_frame_bytes``: what does not fit is lost by the policy's rule.
+        """
         store = self.hub.store
         grant = participant.record.buffer
         assert grant is not None
-        # up to our head only: later entries reach the participant live (multi-node)
-        entries = await store.read(self.id, after_seq=cursor, before_seq=self.head + 1)
+        head = self.head  # up to our head only: later entries reach the participant live
         first_kept = await store.trimmed_before(self.id)
         anchor = (await store.read(self.id, after_seq=cursor - 1, limit=1)) if cursor > 0 else []
         anchor_entry = anchor[0] if anchor and anchor[0].seq == cursor else None
         # A cursor past our head, or naming another frame, is from a log we no longer have.
-        foreign = cursor > self.head or (
+        foreign = cursor > head or (
             resume_id is not None
             and anchor_entry is not None
             and anchor_entry.message_id != resume_id
         )
         trimmed = max(0, first_kept - cursor - 1) if cursor < first_kept else 0
-        buffer: BoundedBuffer[LogEntry] = BoundedBuffer(grant.policy, grant.capacity_bytes)
-        for entry in entries:
-            if entry.delivered_to(participant.id, participant.role):
-                buffer.push(entry.data, entry)
-        buffer_status = buffer.status(extra_lost=trimmed, unknown_loss=foreign)
+        buffer: BoundedBuffer[int] = BoundedBuffer(grant.policy, grant.capacity_bytes)
+        after = cursor
+        while after < head:
+            page = await store.read(
+                self.id, after_seq=after, before_seq=head + 1, limit=_BACKLOG_PAGE
+            )
+            if not page:
+                break
+            for entry in page:
+                if entry.delivered_to(participant.id, participant.role):
+                    buffer.push(entry.data, entry.seq)
+            after = page[-1].seq
         if anchor_entry is not None:
             last_id = anchor_entry.message_id
             last_time = codec.decode(anchor_entry.data).timestamp
         else:
             last_id = ""
             last_time = codec.parse_time(self.header.created_at)
-        history = History(
-            payload=HistoryPayload(
-                frames=[msgspec.Raw(data) for data in buffer.kept_bytes()],
-                buffer_status=buffer_status,
-                last_sync_timestamp=last_time,
-                last_message_id=last_id,
-            ),
-            sender=self.hub.master_sender,
-            **self._envelope(),
-        )
-        return codec.encode(history)
+
+        def envelope(dropped: int) -> bytes:
+            status_ = buffer.status(extra_lost=trimmed + dropped, unknown_loss=foreign)
+            history = History(
+                payload=HistoryPayload(
+                    frames=[],
+                    buffer_status=status_,
+                    last_sync_timestamp=last_time,
+                    last_message_id=last_id,
+                ),
+                sender=self.hub.master_sender,
+                **self._envelope(),
+            )
+            return codec.encode(history)
+
+        kept = deque(buffer.kept_bytes())
+        size = sum(len(data) for data in kept) + max(0, len(kept) - 1)
+        dropped = 0
+        bare = envelope(0)
+        limit = self.hub.settings.max_frame_bytes
+        while kept and len(bare) + size > limit:
+            # RING keeps the newest, DROP the oldest: the other end goes (never a gap)
+            data = kept.popleft() if grant.policy == "RING" else kept.pop()
+            size -= len(data) + (1 if kept else 0)
+            dropped += 1
+            bare = envelope(dropped)
+        buffer.drain()  # from here on ``kept`` holds the only references
+        before, _, rest = bare.partition(b'"frames":[]')
+        out = bytearray(before)
+        out += b'"frames":['
+        while kept:
+            out += kept.popleft()  # each entry released once it is copied
+            if kept:
+                out += b","
+        out += b"]"
+        out += rest
+        return out
 
     async def detach(self, participant: Participant, *, finalize_client: bool = True) -> None:
         """The participant's connection is gone (notes §5): presence, window, §7.8.1."""
@@ -1042,6 +1142,11 @@ class Session:
             *(q.sink.close(_NORMAL, reason) for q in attached), return_exceptions=True
         )
         self.participants.clear()
+
+
+def _retryable(cause: BaseException) -> bool:
+    """A refusal the sender may retry (``store_unavailable``): its re-send must be in order."""
+    return isinstance(cause, StoreError) and not isinstance(cause, FormatVersionError)
 
 
 def _new_participant_id() -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from typing import Final, Literal
 
@@ -45,6 +46,9 @@ __all__ = [
 
 FORMAT_VERSION: Final = 1
 """Version of the stored layout; a header with a larger one is refused (seed 004)."""
+
+_SCAN_PAGE: Final = 256
+_SCAN_LIMIT: Final = 4096  # how far back Store.last_received's default looks
 
 
 class StoreOpenError(StoreError):
@@ -83,6 +87,9 @@ class NewEntry(msgspec.Struct, kw_only=True, array_like=True):
 
     ``exclude`` is the participant the entry is not delivered to (its sender, or the subject
     of a presence frame); ``edges_only`` limits delivery to edges (notes §15.4).
+    ``received_id`` is what ``welcome.received`` reports for the sender once this entry is
+    logged (:meth:`Store.last_received`): None for the entry's own ``message_id``, the last
+    frame inside a client's history, or "" to leave it unchanged (a history that kept none).
     """
 
     message_id: str
@@ -93,6 +100,7 @@ class NewEntry(msgspec.Struct, kw_only=True, array_like=True):
     sender_role: str
     exclude: str | None = None
     edges_only: bool = False
+    received_id: str | None = None
 
     def committed(self, seq: int) -> LogEntry:
         """The log entry this becomes at ``seq``: the envelope is ``head + str(seq) + tail``."""
@@ -297,6 +305,43 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def message_seq(self, session_id: str, message_id: str) -> int | None:
         """The seq of the entry with that message_id, if logged (and, with retention, kept)."""
+
+    async def last_received(self, session_id: str, participant_id: str) -> str | None:
+        """The message id ``welcome.received`` reports for the participant (notes §4): that
+        of the last frame of theirs the log holds, or of the last frame inside their last
+        ``session.history`` that kept any; None when there is none.
+
+        Read from the store so it is right on any node at once. This default scans the log
+        newest first (a few thousand entries at most); a store may keep it per sender
+        instead (Redis does, in the append script).
+        """
+        from protocol import codec  # here: base.py is imported by every backend
+        from protocol.errors import ProtocolError
+        from protocol.frames import History
+
+        before: int | None = None
+        scanned = 0
+        while scanned < _SCAN_LIMIT:
+            page = await self.read(
+                session_id, before_seq=before, limit=_SCAN_PAGE, newest_first=True
+            )
+            if not page:
+                return None
+            for entry in page:
+                if entry.sender_id != participant_id or entry.sender_role == "master":
+                    continue
+                if entry.type != "session.history":
+                    return entry.message_id
+                try:
+                    frame = codec.decode(entry.data)
+                except ProtocolError:
+                    continue
+                if isinstance(frame, History) and frame.payload.frames:
+                    with contextlib.suppress(ProtocolError):
+                        return codec.decode(bytes(frame.payload.frames[-1])).message_id
+            before = page[-1].seq
+            scanned += len(page)
+        return None
 
     @abc.abstractmethod
     async def fork_session(self, source_id: str, header: SessionHeader, at_seq: int) -> bool:

@@ -6,11 +6,14 @@ in one cluster slot and each per-session operation is one atomic Lua script:
 ==========================  =================================================================
 ``rawp:{S}:hdr``            hash: ``meta`` (msgpack SessionHeader), ``ws``, ``name``, ``v``
                             (format version), ``rev``, ``head`` (last seq), ``first`` (smallest
-                            seq kept), ``bt``/``br`` (last append batch's token and answer)
+                            seq kept), ``w:<writer>``/``r:<writer>`` (a writer's last append
+                            batch number and answer), ``f:<node>`` (fence: that node's
+                            appends under a lease epoch up to this one are refused)
 ``rawp:{S}:log``            stream; entry id ``<seq>-0``, field ``e`` = msgpack LogEntry, so a
                             read by seq range is one XRANGE (O(log n + k))
 ``rawp:{S}:ids``            hash message_id → seq (dedupe; trimmed together with the log)
 ``rawp:{S}:parts``          hash participant_id → msgpack ParticipantRecord
+``rawp:{S}:rcv``            hash participant_id → the message id ``welcome.received`` reports
 ``rawp:{S}:dl``             set of participant ids that may have an armed deadline
 ``rawp:{S}:tomb``           tombstone left by delete
 ``rawp:{S}:pub``            pub/sub channel: msgpack ``[node_id, [LogEntry, ...]]`` per append
@@ -23,6 +26,8 @@ in one cluster slot and each per-session operation is one atomic Lua script:
 ``rawp:{~nodes}:all``       set of node ids that registered (and may have sessions to sweep)
 ``rawp:{~nodes}:held:<N>``  set of session ids node N holds connections for
 ``rawp:{~nodes}:sweep:<N>`` lease of the node sweeping dead node N (one sweeper at a time)
+``rawp:{~nodes}:epoch``     hash node_id → its lease epoch (fencing token; a node that
+                            registers anew, or learns it was declared dead, gets a new one)
 ==========================  =================================================================
 
 Entries published with ``seq`` 0 are control messages between nodes (relay/cluster.py), never
@@ -35,8 +40,12 @@ index after; readers tolerate an index entry whose header is gone.
 Writes are acknowledged only once durable: run Redis with ``appendonly yes`` and
 ``appendfsync always`` (``start`` warns otherwise). Appends go through a per-session group
 commit: while one batch is in flight, later ``append`` calls queue and go together in the next
-script call. Automatic retries after a lost reply are exactly-once: the append and claim scripts
-remember the last answer under the call's token.
+script call. Automatic retries after a lost reply are exactly-once: the claim script remembers
+its answer under the call's token, the append script the last answer of each writer (a store
+instance) with its batch number, and a late copy of an older batch is refused, so a batch is
+applied at most once and never after a later batch of the same writer. Fencing: a session
+recovered from a dead node records that node's lease epoch (``f:<node>``), and the append
+script refuses the node's entries accepted under that epoch or an older one.
 """
 
 from __future__ import annotations
@@ -46,7 +55,7 @@ import contextlib
 import logging
 import secrets
 from collections import deque
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
@@ -71,37 +80,64 @@ from .base import (
     Store,
 )
 
-__all__ = ["APPEND_LUA", "NODE_CLAIM_LUA", "Published", "RedisStore", "Subscription"]
+__all__ = [
+    "APPEND_LUA",
+    "FENCE_LUA",
+    "NODE_CLAIM_LUA",
+    "NodeFencedError",
+    "Published",
+    "RedisStore",
+    "Subscription",
+]
 
 _log = logging.getLogger(__name__)
 
 # --- Lua --------------------------------------------------------------------------------------
 
 APPEND_LUA: Final = r"""
--- rawp append: dedupe, assign seqs, log, trim, bump the revision and publish, all at once.
--- KEYS[1] rawp:{S}:hdr  header hash (head, first, rev, v; bt/br: last batch token and answer)
+-- rawp append: fence, dedupe, assign seqs, log, trim, bump the revision and publish, at once.
+-- KEYS[1] rawp:{S}:hdr  header hash (head, first, rev, v; f:<node> fence of a dead node's
+--                       leases; w:<writer>/r:<writer> the writer's last batch number and answer)
 -- KEYS[2] rawp:{S}:log  stream; entry id "<seq>-0", field "e" = msgpack LogEntry
 -- KEYS[3] rawp:{S}:ids  hash message_id -> seq of the entries still kept
+-- KEYS[4] rawp:{S}:rcv  hash participant_id -> the message id welcome.received reports
 -- ARGV[1] retention: keep the newest N entries (0: keep everything)
 -- ARGV[2] pub/sub channel rawp:{S}:pub
 -- ARGV[3] msgpack(node_id): origin of the published batch
--- ARGV[4] batch token: a retried call with the same token gets the first call's answer
--- ARGV[5] the caller's FORMAT_VERSION (a newer header is refused)
--- ARGV[6] msgpack array of the entries, each an array of five strings:
+-- ARGV[4] writer: this store instance (node id + a random part), ARGV[5] its batch number,
+--   increasing with every call. A retry of the writer's last call gets its first answer; a
+--   copy of an older call that reaches Redis late (a timed-out connection, a delaying proxy)
+--   is refused STALE, never applied after the writer's newer batches.
+-- ARGV[6] the caller's FORMAT_VERSION (a newer header is refused)
+-- ARGV[7] msgpack array of the entries, each an array of seven strings:
 --   message_id | msgpack(message_id) msgpack(type) | head | tail
 --   | msgpack(sender_id) msgpack(sender_role) msgpack(exclude) msgpack(edges_only)
+--   | sender_id | the id welcome.received reports for the sender ("" : none)
 --   (one argument for the whole batch: packing thousands of arguments cost the master more
 --   than the script cost Redis)
+-- ARGV[8] node_id, ARGV[9] the lease epoch the entries were accepted under: refused FENCED
+--   when the session fenced that node's leases up to an epoch >= it (the node was declared
+--   dead and its sessions recovered: nothing it accepted before it noticed may be logged)
 -- The stored entry is LogEntry's msgpack array [seq, message_id, type, data, sender_id,
 -- sender_role, exclude, edges_only] with data = head .. seq .. tail, assembled from the
 -- pre-packed pieces (Lua never decodes the client's bytes).
 -- Returns one integer per entry: its new seq, or -seq of the entry it duplicates.
--- Errors: NOSESSION (no header), FORMAT <v> (header written by a newer build).
-local hdr, log, ids = KEYS[1], KEYS[2], KEYS[3]
-local h = redis.call('HMGET', hdr, 'head', 'first', 'v', 'bt', 'br')
+-- Errors: NOSESSION (no header), FORMAT <v> (header written by a newer build),
+-- FENCED <epoch>, STALE.
+local hdr, log, ids, rcv = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local wfield, rfield = 'w:' .. ARGV[4], 'r:' .. ARGV[4]
+local h = redis.call('HMGET', hdr, 'head', 'first', 'v', wfield, rfield, 'f:' .. ARGV[8])
 if not h[1] then return redis.error_reply('NOSESSION') end
-if tonumber(h[3]) > tonumber(ARGV[5]) then return redis.error_reply('FORMAT ' .. h[3]) end
-if h[4] == ARGV[4] then return cmsgpack.unpack(h[5]) end
+if tonumber(h[3]) > tonumber(ARGV[6]) then return redis.error_reply('FORMAT ' .. h[3]) end
+local batch_no = tonumber(ARGV[5])
+if h[4] then
+  local last = tonumber(h[4])
+  if batch_no == last then return cmsgpack.unpack(h[5]) end
+  if batch_no < last then return redis.error_reply('STALE') end
+end
+if h[6] and tonumber(ARGV[9]) <= tonumber(h[6]) then
+  return redis.error_reply('FENCED ' .. h[6])
+end
 local head, first = tonumber(h[1]), tonumber(h[2])
 
 local function bin(s)  -- msgpack bin8/16/32
@@ -112,7 +148,8 @@ local function bin(s)  -- msgpack bin8/16/32
 end
 
 local results, packed = {}, {}
-for _, e in ipairs(cmsgpack.unpack(ARGV[6])) do
+local received = {}
+for _, e in ipairs(cmsgpack.unpack(ARGV[7])) do
   local dup = redis.call('HGET', ids, e[1])
   if dup then
     results[#results + 1] = -tonumber(dup)
@@ -124,8 +161,13 @@ for _, e in ipairs(cmsgpack.unpack(ARGV[6])) do
     redis.call('HSET', ids, e[1], seq)
     results[#results + 1] = head
     packed[#packed + 1] = entry
+    if e[7] ~= '' then
+      received[#received + 1] = e[6]
+      received[#received + 1] = e[7]
+    end
   end
 end
+if #received > 0 then redis.call('HSET', rcv, unpack(received)) end
 
 local n = #packed
 if n > 0 then
@@ -151,19 +193,19 @@ if n > 0 then
   else arr = '\221' .. struct.pack('>I4', n) end
   redis.call('PUBLISH', ARGV[2], '\146' .. ARGV[3] .. arr .. table.concat(packed))
 end
-redis.call('HSET', hdr, 'bt', ARGV[4], 'br', cmsgpack.pack(results))
+redis.call('HSET', hdr, wfield, ARGV[5], rfield, cmsgpack.pack(results))
 return results
 """
 
 CREATE_LUA: Final = r"""
 -- rawp create: write a session header unless one exists (idempotent create).
--- KEYS[1] hdr  KEYS[2] log  KEYS[3] ids  KEYS[4] parts  KEYS[5] tomb   (rawp:{S}:*)
+-- KEYS[1] hdr  KEYS[2] log  KEYS[3] ids  KEYS[4] parts  KEYS[5] tomb  KEYS[6] rcv (rawp:{S}:*)
 -- ARGV[1] msgpack(SessionHeader)  ARGV[2] workspace  ARGV[3] name  ARGV[4] format version
 -- ARGV[5] revision
 -- Returns {1} when created, {0, HGETALL(hdr)} when the session already existed.
 if redis.call('EXISTS', KEYS[1]) == 1 then return {0, redis.call('HGETALL', KEYS[1])} end
 -- no header means no session: anything else under the tag is a leftover (a fork cut short)
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
 redis.call('HSET', KEYS[1], 'meta', ARGV[1], 'ws', ARGV[2], 'name', ARGV[3], 'v', ARGV[4],
   'rev', ARGV[5], 'head', '0', 'first', '1')
 return {1}
@@ -172,13 +214,14 @@ return {1}
 FORK_LUA: Final = r"""
 -- rawp fork: write one chunk of a forked log into the new session; the last call adds the
 -- header, which is what makes the session exist.
--- KEYS[1] hdr  KEYS[2] log  KEYS[3] ids  KEYS[4] parts  KEYS[5] tomb   (of the new session)
+-- KEYS[1] hdr  KEYS[2] log  KEYS[3] ids  KEYS[4] parts  KEYS[5] tomb  KEYS[6] rcv
+--   (of the new session)
 -- ARGV[1] "1" on the first call (clear leftovers)   ARGV[2] "1" on the last call (header)
 -- ARGV[3..9] msgpack(SessionHeader), workspace, name, format version, revision, head, first
 -- ARGV[10..] three per copied entry: seq, message_id, msgpack LogEntry (copied verbatim)
 -- Returns 0 when the new session already exists (the fork is abandoned), else 1.
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-if ARGV[1] == '1' then redis.call('DEL', KEYS[2], KEYS[3], KEYS[4]) end
+if ARGV[1] == '1' then redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[6]) end
 local last = 0
 local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 if top[1] then last = tonumber(string.match(top[1][1], '^%d+')) end
@@ -198,11 +241,11 @@ return 1
 
 DELETE_LUA: Final = r"""
 -- rawp delete: drop the session's keys and leave a tombstone.
--- KEYS[1] hdr  KEYS[2] log  KEYS[3] ids  KEYS[4] parts  KEYS[5] tomb  KEYS[6] dl
+-- KEYS[1] hdr  KEYS[2] log  KEYS[3] ids  KEYS[4] parts  KEYS[5] tomb  KEYS[6] dl  KEYS[7] rcv
 -- Returns {existed 0/1, workspace or nil, participant ids that may have deadlines}.
 local ws = redis.call('HGET', KEYS[1], 'ws')
 local pids = redis.call('SMEMBERS', KEYS[6])
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7])
 if ws then
   redis.call('SET', KEYS[5], '1')
   return {1, ws, pids}
@@ -258,16 +301,26 @@ NODE_HEARTBEAT_LUA: Final = r"""
 -- rawp heartbeat: this node is alive now, on Redis's clock (node clocks never matter).
 -- KEYS[1] rawp:{~nodes}:live  sorted set node_id -> last heartbeat (ms)
 -- KEYS[2] rawp:{~nodes}:all   set of every node id that registered
--- ARGV[1] node_id
--- Returns 1 when the node was still registered, 0 when it was not: on a node that registered
--- before, 0 means a sweeper claimed it (declared it dead) in the meantime.
+-- KEYS[3] rawp:{~nodes}:epoch hash node_id -> lease epoch (the fencing token)
+-- ARGV[1] node_id   ARGV[2] "1": take a new lease epoch even if still registered
+-- Returns {registered, epoch}: registered 1 when the node was still registered, 0 when it
+-- was not (on a node that registered before: a sweeper claimed it, declared it dead, in the
+-- meantime). A node that was not registered, or asks for it, gets a new, larger epoch: what
+-- it accepted under the old one can be fenced without fencing what it accepts from now on.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local had = redis.call('ZSCORE', KEYS[1], ARGV[1])
 redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('SADD', KEYS[2], ARGV[1])
-if had then return 1 end
-return 0
+local epoch
+if had and ARGV[2] ~= '1' then
+  epoch = tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0')
+  if epoch == 0 then epoch = redis.call('HINCRBY', KEYS[3], ARGV[1], 1) end
+else
+  epoch = redis.call('HINCRBY', KEYS[3], ARGV[1], 1)
+end
+if had then return {1, epoch} end
+return {0, epoch}
 """
 
 NODE_AGES_LUA: Final = r"""
@@ -296,16 +349,30 @@ return out
 NODE_CLAIM_LUA: Final = r"""
 -- rawp claim node: take the job of sweeping a dead node; exactly one caller gets it.
 -- KEYS[1] rawp:{~nodes}:live  KEYS[2] rawp:{~nodes}:sweep:<node>  (lease of its sweeper)
+-- KEYS[3] rawp:{~nodes}:epoch
 -- ARGV[1] node_id  ARGV[2] dead_after_ms  ARGV[3] lease_ms  ARGV[4] the caller's token
 -- ARGV[5] "1": claim even if it looks alive (a node sweeping its own previous incarnation)
--- Returns 1 when the caller now sweeps the node (it is removed from live, so the node, if it
--- was only cut off, learns at its next heartbeat that it was declared dead), else 0.
+-- Returns -1 when the caller did not claim the node; else the node's lease epoch at the
+-- claim (0: it never had one), which the sweeper fences in every session it recovers. The
+-- node is removed from live, so the node, if it was only cut off, learns at its next
+-- heartbeat that it was declared dead, and takes a new epoch.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local seen = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if ARGV[5] ~= '1' and seen and now - tonumber(seen) < tonumber(ARGV[2]) then return 0 end
-if not redis.call('SET', KEYS[2], ARGV[4], 'NX', 'PX', ARGV[3]) then return 0 end
+if ARGV[5] ~= '1' and seen and now - tonumber(seen) < tonumber(ARGV[2]) then return -1 end
+if not redis.call('SET', KEYS[2], ARGV[4], 'NX', 'PX', ARGV[3]) then return -1 end
 redis.call('ZREM', KEYS[1], ARGV[1])
+return tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0')
+"""
+
+FENCE_LUA: Final = r"""
+-- rawp fence: refuse a dead node's appends to this session under leases up to an epoch.
+-- KEYS[1] rawp:{S}:hdr   ARGV[1] node_id   ARGV[2] its lease epoch when it was declared dead
+-- The fence only ever rises. Returns 0 when there is no such session, else 1.
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local field = 'f:' .. ARGV[1]
+local current = tonumber(redis.call('HGET', KEYS[1], field) or '-1')
+if tonumber(ARGV[2]) > current then redis.call('HSET', KEYS[1], field, ARGV[2]) end
 return 1
 """
 
@@ -378,6 +445,7 @@ _NODES_LIVE: Final = "rawp:{~nodes}:live"
 _NODES_ALL: Final = "rawp:{~nodes}:all"
 _NODES_HELD: Final = "rawp:{~nodes}:held:"
 _NODES_SWEEP: Final = "rawp:{~nodes}:sweep:"
+_NODES_EPOCH: Final = "rawp:{~nodes}:epoch"
 _CLAIM_MEMO: Final = "rawp:{~dl}:claim:"
 _ARCHIVED: Final = "rawp:{~ar}:ended"  # sorted set: archived session id, score ended_at_ms
 
@@ -418,6 +486,11 @@ def _mapped() -> Iterator[None]:
         raise _store_error(exc) from exc
 
 
+def _received_id(entry: NewEntry) -> str:
+    """What ``welcome.received`` reports for the entry's sender once it is logged."""
+    return entry.message_id if entry.received_id is None else entry.received_id
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -444,12 +517,22 @@ class _Keys:
     tomb: str
     dl: str
     pub: str
+    rcv: str
 
     @classmethod
     def of(cls, session_id: str) -> _Keys:
         _check_id(session_id)
         p = f"rawp:{{{session_id}}}:"
-        return cls(p + "hdr", p + "log", p + "ids", p + "parts", p + "tomb", p + "dl", p + "pub")
+        return cls(
+            p + "hdr",
+            p + "log",
+            p + "ids",
+            p + "parts",
+            p + "tomb",
+            p + "dl",
+            p + "pub",
+            p + "rcv",
+        )
 
 
 def _mutex_key(session_id: str) -> str:
@@ -459,11 +542,18 @@ def _mutex_key(session_id: str) -> str:
     return f"rawp:{{{session_id}}}:mutex"
 
 
+class NodeFencedError(StoreUnavailableError):
+    """The session refused this node's entries: the node was declared dead and the session
+    recovered by another node (notes §12; docs/operations.md "fencing"). Nothing accepted
+    under the fenced lease epoch may be logged; the node closes its connections."""
+
+
 @dataclass(slots=True)
 class _Pending:
     entries: Sequence[NewEntry]
     future: asyncio.Future[list[AppendResult]]
     after: asyncio.Future[list[AppendResult]] | None = None  # see Store.append_nowait
+    epoch: int = 0  # the node's lease epoch when the entries were accepted (fencing)
     size: int = field(init=False)  # bytes of the entries, for the batch bound
 
     def __post_init__(self) -> None:
@@ -556,8 +646,16 @@ class RedisStore(Store):
         self._ages_script = self._client.register_script(NODE_AGES_LUA)
         self._node_claim_script = self._client.register_script(NODE_CLAIM_LUA)
         self._node_swept_script = self._client.register_script(NODE_SWEPT_LUA)
+        self._fence_script = self._client.register_script(FENCE_LUA)
         self._unlock_script = self._client.register_script(UNLOCK_LUA)
         self._node_packed = _enc.encode(self.node_id)
+        # One writer per store instance: its batch numbers only grow (see APPEND_LUA).
+        self._writer = f"{self.node_id}:{secrets.token_hex(6)}"
+        self._batch_no = 0
+        self.lease_epoch = 0
+        """This node's lease epoch (set by :meth:`node_heartbeat`); appends carry it."""
+        self.on_fenced: Callable[[], None] | None = None
+        """Called when a session refuses an append under the current lease epoch."""
         self._queues: dict[str, _Queue] = {}
         self._subscriptions: set[Subscription] = set()
         self._closed = False
@@ -631,7 +729,7 @@ class RedisStore(Store):
         k = _Keys.of(header.session_id)
         with _mapped():
             reply = await self._create_script(
-                keys=[k.hdr, k.log, k.ids, k.parts, k.tomb], args=self._header_args(header)
+                keys=[k.hdr, k.log, k.ids, k.parts, k.tomb, k.rcv], args=self._header_args(header)
             )
             if int(reply[0]) == 1:
                 await self._client.zadd(self._index(header.workspace), {header.session_id: 0})
@@ -710,7 +808,7 @@ class RedisStore(Store):
         k = _Keys.of(session_id)
         with _mapped():
             existed, workspace, pids = await self._delete_script(
-                keys=[k.hdr, k.log, k.ids, k.parts, k.tomb, k.dl]
+                keys=[k.hdr, k.log, k.ids, k.parts, k.tomb, k.dl, k.rcv]
             )
             if workspace is not None:
                 await self._client.zrem(self._index(_text(workspace)), session_id)
@@ -767,7 +865,7 @@ class RedisStore(Store):
         if self._closed:
             future.set_exception(StoreUnavailableError("the redis store is closed"))
             return future
-        pending = _Pending(entries, future, after)
+        pending = _Pending(entries, future, after, self.lease_epoch)
         queue = self._queues.get(session_id)
         if queue is None:
             queue = self._queues[session_id] = _Queue()
@@ -791,8 +889,8 @@ class RedisStore(Store):
                 count, size = len(first.entries), first.size
                 while queue.items:
                     nxt = queue.items[0]
-                    if nxt.orphaned():
-                        break  # failed on its own turn
+                    if nxt.orphaned() or nxt.epoch != first.epoch:
+                        break  # failed on its own turn / goes with its own lease epoch
                     if (
                         count + len(nxt.entries) > _MAX_BATCH_ENTRIES
                         or size + nxt.size > _MAX_BATCH_BYTES
@@ -803,7 +901,7 @@ class RedisStore(Store):
                     size += nxt.size
                 try:
                     results = await self._append_batch(
-                        session_id, [e for p in batch for e in p.entries]
+                        session_id, [e for p in batch for e in p.entries], first.epoch
                     )
                 except asyncio.CancelledError:
                     for p in batch:  # the script may or may not have run: say so
@@ -838,7 +936,7 @@ class RedisStore(Store):
             )
 
     async def _append_batch(
-        self, session_id: str, entries: Sequence[NewEntry]
+        self, session_id: str, entries: Sequence[NewEntry], epoch: int
     ) -> list[AppendResult]:
         k = _Keys.of(session_id)
         encode = _enc.encode
@@ -848,22 +946,29 @@ class RedisStore(Store):
             mid = e.message_id.encode()
             pre = encode((e.message_id, e.type))[1:]  # [1:]: drop the fixarray header
             post = encode((e.sender_id, e.sender_role, e.exclude, e.edges_only))[1:]
-            add((b"\x95", _str_header(len(mid)), mid, _str_header(len(pre)), pre))
+            sender = e.sender_id.encode()
+            got = b"" if e.sender_role == "master" else _received_id(e).encode()
+            add((b"\x97", _str_header(len(mid)), mid, _str_header(len(pre)), pre))
             add((_str_header(len(e.head)), e.head, _str_header(len(e.tail)), e.tail))
-            add((_str_header(len(post)), post))
+            add((_str_header(len(post)), post, _str_header(len(sender)), sender))
+            add((_str_header(len(got)), got))
         batch = b"".join(parts)
+        self._batch_no += 1
         args: list[bytes | str | int] = [
             self.retention or 0,
             k.pub,
             self._node_packed,
-            secrets.token_bytes(12),
+            self._writer,
+            self._batch_no,
             FORMAT_VERSION,
             batch,
+            self.node_id,
+            epoch,
         ]
         self.batches += 1
         try:
             with _mapped():
-                reply = await self._append_script(keys=[k.hdr, k.log, k.ids], args=args)
+                reply = await self._append_script(keys=[k.hdr, k.log, k.ids, k.rcv], args=args)
         except StoreError as exc:
             text = str(exc)
             if "NOSESSION" in text:
@@ -871,6 +976,14 @@ class RedisStore(Store):
             if "FORMAT " in text:
                 version = int(text.rsplit("FORMAT ", 1)[1].split()[0])
                 raise _newer(session_id, version) from None
+            if "FENCED" in text:
+                if epoch == self.lease_epoch and self.on_fenced is not None:
+                    self.on_fenced()  # news to this node: it was declared dead
+                raise NodeFencedError(
+                    f"session {session_id} fenced this node's lease {epoch}: declared dead"
+                ) from None
+            if "STALE" in text:
+                raise StoreUnavailableError("append superseded by a later batch") from None
             raise
         return [
             AppendResult(seq=-r, duplicate=True) if r < 0 else AppendResult(seq=r) for r in reply
@@ -912,6 +1025,20 @@ class RedisStore(Store):
             return 1
         return min(int(first), int(head) + 1)
 
+    async def last_received(self, session_id: str, participant_id: str) -> str | None:
+        """Kept by the append script per sender, so it is right on every node at once."""
+        k = _Keys.of(session_id)
+        with _mapped():
+            got = await self._client.hget(k.rcv, participant_id)
+        return None if got is None else _text(got)
+
+    async def fence_node(self, session_id: str, node_id: str, epoch: int) -> bool:
+        """Refuse from now on ``node_id``'s appends to the session under leases up to
+        ``epoch`` (the node was declared dead). False when there is no such session."""
+        k = _Keys.of(session_id)
+        with _mapped():
+            return bool(await self._fence_script(keys=[k.hdr], args=[node_id, epoch]))
+
     async def message_seq(self, session_id: str, message_id: str) -> int | None:
         k = _Keys.of(session_id)
         with _mapped():
@@ -936,7 +1063,7 @@ class RedisStore(Store):
                 low = f"({_text(rows[-1][0])}"
             head = copied[-1][0] if copied else 0
             first = copied[0][0] if copied else 1
-            keys = [dst.hdr, dst.log, dst.ids, dst.parts, dst.tomb]
+            keys = [dst.hdr, dst.log, dst.ids, dst.parts, dst.tomb, dst.rcv]
             chunks = [copied[i : i + _FORK_CHUNK] for i in range(0, len(copied), _FORK_CHUNK)]
             chunks = chunks or [[]]
             for i, chunk in enumerate(chunks):
@@ -1027,12 +1154,30 @@ class RedisStore(Store):
 
     # --- nodes and session mutexes (multi-node coordination: relay/cluster.py) ------------
 
-    async def node_heartbeat(self, node_id: str) -> bool:
-        """Record that ``node_id`` is alive; False when it had been claimed as dead."""
+    async def node_heartbeat(self, node_id: str, *, new_epoch: bool = False) -> bool:
+        """Record that ``node_id`` is alive; False when it had been claimed as dead.
+
+        Sets :attr:`lease_epoch` when ``node_id`` is this store's node: a node that was not
+        registered (or asks with ``new_epoch``) gets a new one.
+        """
+        keys = [_NODES_LIVE, _NODES_ALL, _NODES_EPOCH]
         with _mapped():
-            return bool(
-                await self._heartbeat_script(keys=[_NODES_LIVE, _NODES_ALL], args=[node_id])
+            registered, epoch = await self._heartbeat_script(
+                keys=keys, args=[node_id, "1" if new_epoch else "0"]
             )
+        if node_id == self.node_id:
+            if not new_epoch and self.lease_epoch and int(epoch) != self.lease_epoch:
+                # A new epoch we did not ask for: we were not registered, i.e. declared
+                # dead, even if a retry after a lost reply found us registered again.
+                registered = 0
+            self.lease_epoch = max(self.lease_epoch, int(epoch))
+        return bool(registered)
+
+    async def node_epoch(self, node_id: str) -> int:
+        """``node_id``'s current lease epoch (0: it never registered)."""
+        with _mapped():
+            got = await self._client.hget(_NODES_EPOCH, node_id)
+        return 0 if got is None else int(got)
 
     async def node_ages(self) -> dict[str, int]:
         """Every known node → ms since its last heartbeat (-1: claimed or never seen)."""
@@ -1042,12 +1187,16 @@ class RedisStore(Store):
 
     async def claim_node(
         self, node_id: str, *, dead_after_ms: int, lease_ms: int, token: str, force: bool = False
-    ) -> bool:
-        """Become the one sweeper of ``node_id`` if it is dead (or ``force``); atomic."""
-        keys = [_NODES_LIVE, _NODES_SWEEP + node_id]
+    ) -> int | None:
+        """Become the one sweeper of ``node_id`` if it is dead (or ``force``); atomic.
+
+        Returns the node's lease epoch at the claim (to fence), or None when not claimed.
+        """
+        keys = [_NODES_LIVE, _NODES_SWEEP + node_id, _NODES_EPOCH]
         args: list[str | int] = [node_id, dead_after_ms, lease_ms, token, "1" if force else "0"]
         with _mapped():
-            return bool(await self._node_claim_script(keys=keys, args=args))
+            epoch = int(await self._node_claim_script(keys=keys, args=args))
+        return None if epoch < 0 else epoch
 
     async def node_swept(self, node_id: str, token: str) -> bool:
         """The sweep of ``node_id`` ended; forget the node when nothing is left of it."""

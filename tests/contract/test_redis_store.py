@@ -19,7 +19,7 @@ import pytest
 from protocol.errors import FormatVersionError, StoreUnavailableError
 from relay.store import MemoryStore, open_store
 from relay.store.base import FORMAT_VERSION, AppendResult, Deadline, ParticipantRecord
-from relay.store.redis import RedisStore
+from relay.store.redis import NodeFencedError, RedisStore
 from tests.contract.conftest import Backend
 from tests.contract.test_store_contract import entry, header, new_session
 from tests.support.redis_server import (
@@ -66,18 +66,78 @@ async def test_group_commit_batches_concurrent_appends(backend: Backend) -> None
 
 
 @redis_backends
-async def test_append_retry_with_the_same_token_is_exactly_once(
-    backend: Backend, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A script call retried after a lost reply (same batch token) returns the first answer."""
+async def test_append_retry_of_the_same_batch_is_exactly_once(backend: Backend) -> None:
+    """A script call retried after a lost reply (same writer and batch number) returns the
+    first answer and appends nothing more."""
     store = redis_store(backend)
     s = await new_session(store)
-    monkeypatch.setattr("relay.store.redis.secrets.token_bytes", lambda n: b"t" * n)
     batch = [entry(), entry()]
-    first = await store.append(s, batch)
-    again = await store.append(s, batch)  # what redis-py's retry would send
+    first = await store._append_batch(s, batch, 0)
+    store._batch_no -= 1  # what redis-py's retry sends: the very same call
+    again = await store._append_batch(s, batch, 0)
     assert first == again == [AppendResult(seq=1), AppendResult(seq=2)]
     assert await store.head_seq(s) == 2
+
+
+@redis_backends
+async def test_a_late_copy_of_an_older_batch_is_never_applied(backend: Backend) -> None:
+    """A batch that reaches Redis after a later batch of the same writer is refused unapplied
+    (a timed-out connection's copy must not land after what the node sent since)."""
+    store = redis_store(backend)
+    s = await new_session(store)
+    store._batch_no = 10
+    await store._append_batch(s, [entry("later")], 0)  # batch 11
+    store._batch_no = 5
+    with pytest.raises(StoreUnavailableError):
+        await store._append_batch(s, [entry("older")], 0)  # batch 6, arriving late
+    assert [e.message_id for e in await store.read(s)] == ["later"]
+
+
+@redis_backends
+async def test_a_fenced_node_can_append_nothing_until_it_takes_a_new_lease(
+    backend: Backend,
+) -> None:
+    """Once a sweeper fenced a dead node's lease epoch in a session, the node's appends under
+    it are refused (and it is told); under its next lease they are accepted again."""
+    node = redis_store(backend, node_id="node-fenced")
+    sweeper = redis_store(backend, node_id="node-sweeper")
+    s = await new_session(node)
+    await node.node_heartbeat("node-fenced", new_epoch=True)  # registers: a first lease
+    leased = node.lease_epoch
+    await node.append(s, [entry("before")])
+    epoch = await sweeper.claim_node("node-fenced", dead_after_ms=0, lease_ms=5000, token="t")
+    assert epoch == leased
+    assert await sweeper.fence_node(s, "node-fenced", epoch)
+    told: list[int] = []
+    node.on_fenced = lambda: told.append(node.lease_epoch)
+    with pytest.raises(NodeFencedError):
+        await node.append(s, [entry("after-sweep")])
+    assert told == [leased]
+    assert await node.node_heartbeat("node-fenced") is False  # it learns it was declared dead
+    assert node.lease_epoch > leased
+    await node.append(s, [entry("new-lease")])
+    assert [e.message_id for e in await node.read(s)] == ["before", "new-lease"]
+
+
+@redis_backends
+async def test_last_received_is_kept_by_the_append_script(backend: Backend) -> None:
+    """welcome.received per sender comes from the store: the last frame it logged, or the
+    history's reported frame; master entries and a history that kept none change nothing."""
+    store = redis_store(backend)
+    other = redis_store(backend)  # another node sees the same at once
+    s = await new_session(store)
+    assert await other.last_received(s, "p-client") is None
+    await store.append(s, [entry("m1"), entry("m2"), entry("x", sender_id="p-edge")])
+    assert await other.last_received(s, "p-client") == "m2"
+    history = entry("h1")
+    history.received_id = "inner-9"
+    empty = entry("h2")
+    empty.received_id = ""
+    await store.append(s, [history, entry(sender_id="p-client", sender_role="master"), empty])
+    assert await other.last_received(s, "p-client") == "inner-9"
+    assert await other.last_received(s, "p-edge") == "x"
+    await store.append(s, [entry("m1")])  # a duplicate changes nothing
+    assert await other.last_received(s, "p-client") == "inner-9"
 
 
 @redis_backends

@@ -13,7 +13,7 @@ from websockets.exceptions import ConnectionClosed
 from relay.server import Master
 from tests.e2e.conftest import API_KEY
 from tests.e2e.util import hello, hello_close_code, logged, new_session, next_frame, wait_until
-from tests.support.wire import Peer
+from tests.support.wire import Peer, envelope
 
 
 async def test_frame_over_max_frame_bytes_closes_1009(make_master: Any) -> None:
@@ -25,13 +25,41 @@ async def test_frame_over_max_frame_bytes_closes_1009(make_master: Any) -> None:
     assert await edge.closed_with() == 1009
     assert (await client.recv())["payload"]["state"] == "detached"
     assert big["message_id"] not in {f["message_id"] for f in await logged(master, "s-lim-big")}
-    # Just under the limit is fine.
-    sent = await client.send("agent.text.delta", {"block_id": "b", "delta": "y" * 3500})
+    # Under the limit is fine (with room for the backlog's envelope: it fits the limit too).
+    sent = await client.send("agent.text.delta", {"block_id": "b", "delta": "y" * 3000})
     other = await Peer.open(
         master.ws_url, "s-lim-big", role="edge", token=API_KEY, resume={"last_seq": 0}
     )
     history = await other.recv()
     assert sent["message_id"] in {f["message_id"] for f in history["payload"]["frames"]}
+
+
+async def test_nothing_delivered_is_larger_than_the_welcomes_max_frame_bytes(
+    make_master: Any,
+) -> None:
+    """A frame that fits max_frame_bytes only before the master stamps it is refused
+    invalid_frame; what is delivered, live or in a backlog, never exceeds the limit."""
+    master: Master = await make_master(max_frame_bytes=4096)
+    client, (edge,) = await new_session(master, "s-lim-stamp")
+    limit = client.welcome["payload"]["max_frame_bytes"]
+    frame = envelope("s-lim-stamp", "agent.text.delta", {"block_id": "b", "delta": ""})
+    frame["payload"]["delta"] = "z" * (limit - len(json.dumps(frame, separators=(",", ":"))))
+    exact = json.dumps(frame, separators=(",", ":"))
+    assert len(exact) == limit
+    await client.ws.send(exact)
+    refused = await client.recv()
+    assert refused["payload"]["error_code"] == "invalid_frame"
+    assert frame["message_id"] in refused["payload"]["message"]
+    fits = await client.send("agent.text.delta", {"block_id": "b", "delta": "w" * (limit - 400)})
+    live = await edge.ws.recv()
+    assert json.loads(live)["message_id"] == fits["message_id"]
+    assert len(live.encode() if isinstance(live, str) else live) <= limit
+    other = await Peer.open(
+        master.ws_url, "s-lim-stamp", role="edge", token=API_KEY, resume={"last_seq": 0}
+    )
+    backlog = await other.ws.recv()
+    assert len(backlog.encode() if isinstance(backlog, str) else backlog) <= limit
+    assert json.loads(backlog)["payload"]["buffer_status"]["truncated"] is True
 
 
 async def test_oversized_hello_closes_1009(make_master: Any) -> None:

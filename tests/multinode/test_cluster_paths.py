@@ -194,3 +194,19 @@ async def test_an_unused_session_is_forgotten_and_loaded_again(
     got = await again.recv_until(lambda f: f.get("message_id") == sent["message_id"])
     assert got[-1]["seq"] == await b.store.head_seq(s)  # relayed again through pub/sub
     assert s in b.hub.sessions
+
+
+async def test_welcome_received_is_right_at_once_after_a_takeover_on_another_node(
+    nodes: Any,
+) -> None:
+    """A client taken over through another node is told at once the last frame the log holds
+    from it (read from the store, not the old node's memory)."""
+    n1, n2 = await nodes(2)
+    s = sid()
+    client = await Peer.open(n1.ws_url, s, token=API_KEY, create=True)
+    await mid_turn(client)
+    last = await client.send("agent.text.delta", {"block_id": "b2", "delta": "y"})
+    session = n1.hub.sessions[s]
+    await wait_until(lambda: session.head >= 6)  # presence + 5 frames
+    again = await Peer.open(n2.ws_url, s, token=API_KEY, participant_id=client.participant_id)
+    assert again.welcome["payload"]["received"]["last_message_id"] == last["message_id"]

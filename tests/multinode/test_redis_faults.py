@@ -6,7 +6,9 @@ always``): the client streams text deltas into node F1, an edge watches through 
 
 A frame is **acknowledged** when the edge received it with a seq, or when its sender never
 got a ``store_unavailable`` error naming it (the master answers every frame it could not make
-durable with one). Every acknowledged frame must be in the log after the restart, exactly
+durable with one). The client behaves as the master asks (docs/protocol.md §7): on a refusal
+it goes back to the first refused frame and sends everything from there again, in order.
+Every acknowledged frame must be in the log after the restart, exactly
 once. While Redis is down, frames are refused with ``store_unavailable`` and ``/readyz``
 answers 503 on both nodes; once it is back, ``/readyz`` answers 200 and service resumes
 without restarting either master: new frames are logged and reach the edge, and the edge
@@ -31,7 +33,7 @@ from relay.store.redis import RedisStore
 from tests.e2e.conftest import API_KEY
 from tests.e2e.conftest import test_settings as settings_for
 from tests.support.redis_server import RedisServer, redis_server_binary
-from tests.support.wire import Peer, new_turn_id, usage_payload
+from tests.support.wire import Peer, envelope, new_turn_id, usage_payload
 
 __all__: list[str] = []
 
@@ -63,22 +65,45 @@ class Traffic:
     def __init__(self, client: Peer, edge: Peer) -> None:
         self.client = client
         self.edge = edge
-        self.sent: list[tuple[float, str]] = []  # (when, message_id)
+        self.sent: list[tuple[float, str]] = []  # (when, message_id), re-sends included
         self.refused: set[str] = set()  # named by a store_unavailable
         self.other_errors: list[dict[str, Any]] = []
         self.edge_frames: list[dict[str, Any]] = []
         self.running = True
+        self.produced: list[dict[str, Any]] = []  # every frame once, in production order
+        self._index: dict[str, int] = {}
+        self._next = 0  # the position in ``produced`` sent next
+        self.finals: list[tuple[str, dict[str, Any]]] = []  # sent once the deltas stop
+
+    def _produce(self, type_: str, payload: dict[str, Any]) -> None:
+        frame = envelope(self.client.session_id, type_, payload)
+        self._index[frame["message_id"]] = len(self.produced)
+        self.produced.append(frame)
 
     async def send(self, block: str) -> None:
-        """One delta every 10 ms until stopped."""
+        """One frame every 10 ms: new deltas until stopped, then ``finals``; after a refusal
+        everything again from the first refused frame (go-back-N)."""
         n = 0
-        while self.running:
-            frame = await self.client.send(
-                "agent.text.delta", {"block_id": block, "delta": f"{n} "}
-            )
+        while True:
+            if self._next == len(self.produced):
+                if self.running:
+                    self._produce("agent.text.delta", {"block_id": block, "delta": f"{n} "})
+                    n += 1
+                elif self.finals:
+                    self._produce(*self.finals.pop(0))
+                else:
+                    await asyncio.sleep(0.01)
+                    continue
+            frame = self.produced[self._next]
+            self._next += 1
+            await self.client.send_frame(frame)
             self.sent.append((time.monotonic(), frame["message_id"]))
-            n += 1
             await asyncio.sleep(0.01)
+
+    def _rewind(self, message_id: str) -> None:
+        at = self._index.get(message_id)
+        if at is not None and at < self._next:
+            self._next = at
 
     async def client_reader(self) -> None:
         """Collect the client's errors (store_unavailable names the refused frame)."""
@@ -91,6 +116,7 @@ class Traffic:
             if payload["error_code"] == "store_unavailable" and match:
                 assert payload["fatal"] is False
                 self.refused.add(match.group(1))
+                self._rewind(match.group(1))
             else:
                 self.other_errors.append(frame)
 
@@ -149,14 +175,14 @@ async def test_redis_crash_under_traffic_loses_nothing_acknowledged(tmp_path: Pa
         await wait_for(lambda: _ready(masters), 15, "/readyz 200 on both nodes")
         back_at = time.monotonic()
         await asyncio.sleep(1.0)
-        traffic.running = False
-        await tasks[0]
-        for type_, payload in [
+        traffic.finals = [
             ("agent.text.done", {"block_id": "b1"}),
             ("session.turn.end", {"turn_id": turn, "stop_reason": "end_turn"}),
             ("session.usage", usage_payload(turn)),
-        ]:
-            last = await client.send(type_, payload)
+        ]
+        traffic.running = False
+        await wait_for(lambda: _finals_sent(traffic), 15, "the last frames to be produced")
+        last = traffic.produced[-1]
         await wait_for(
             lambda: _received(traffic, last["message_id"]), 15, "the edge to get the last frame"
         )
@@ -171,6 +197,9 @@ async def test_redis_crash_under_traffic_loses_nothing_acknowledged(tmp_path: Pa
         logged = [e.message_id for e in log]
         assert len(logged) == len(set(logged)), "a frame was logged twice"
         sent_ids = [mid for _, mid in traffic.sent]
+        # Every frame produced is logged once, in production order (re-sends included).
+        produced = [f["message_id"] for f in traffic.produced]
+        assert [m for m in logged if m in set(produced)] == produced
         by_edge = {f["message_id"] for f in traffic.edge_frames}
         acknowledged = by_edge | (set(sent_ids) - traffic.refused)
         assert traffic.refused, "no store_unavailable while Redis was down"
@@ -197,6 +226,10 @@ async def test_redis_crash_under_traffic_loses_nothing_acknowledged(tmp_path: Pa
             with contextlib.suppress(Exception):
                 await master.stop()
         server.kill()
+
+
+async def _finals_sent(traffic: Traffic) -> bool:
+    return not traffic.running and not traffic.finals
 
 
 async def _refused(traffic: Traffic) -> bool:

@@ -47,7 +47,8 @@ async def client_and_edge(master: Master, sid: str) -> tuple[Peer, Peer]:
 async def test_a_refused_append_is_answered_and_the_session_goes_on(
     master: Master, monkeypatch: pytest.MonkeyPatch, failure: BaseException, code: str
 ) -> None:
-    """The sender gets a non-fatal session.error naming the frame; the next frame flows."""
+    """The sender gets a non-fatal session.error naming the frame; the session goes on (after
+    ``store_unavailable`` from the refused frame again: later ones are refused until then)."""
     sid = "s-faults"
     client, edge = await client_and_edge(master, sid)
     real = master.store.append
@@ -65,10 +66,19 @@ async def test_a_refused_append_is_answered_and_the_session_goes_on(
     assert error["payload"]["error_code"] == code
     assert error["payload"]["fatal"] is False
     assert refused["message_id"] in error["payload"]["message"]
+    assert refused["message_id"] not in [e.message_id for e in await master.store.read(sid)]
     accepted = await client.send("agent.state", {"state": "responding"})
+    if code == "store_unavailable":
+        # in order: not logged before the refused frame is (docs/protocol.md §7)
+        barred = await client.recv()
+        assert barred["payload"]["error_code"] == "store_unavailable"
+        assert accepted["message_id"] in barred["payload"]["message"]
+        assert f"frame {refused['message_id']} before it" in barred["payload"]["message"]
+        await client.send_frame(refused)
+        assert (await edge.recv())["message_id"] == refused["message_id"]
+        await client.send_frame(accepted)
     got = await edge.recv()
     assert got["message_id"] == accepted["message_id"]
-    assert refused["message_id"] not in [e.message_id for e in await master.store.read(sid)]
 
 
 async def test_a_batch_folded_behind_a_refused_one_is_refused_too(
@@ -109,11 +119,12 @@ async def test_a_batch_folded_behind_a_refused_one_is_refused_too(
     logged = [e.message_id for e in await master.store.read(sid)]
     assert start["message_id"] not in logged
     assert delta["message_id"] not in logged
-    # the state was rebuilt from the log: no turn is open, so its end is refused now
-    await client.send("session.turn.end", end)
-    refused = await client.recv()
-    assert refused["type"] == "session.error"
-    assert refused["payload"]["error_code"] != "store_unavailable"
-    again = await client.send("session.turn.start", {"turn_id": turn, "turn_index": 0})
+    # in order: a new frame is refused until the first refused one arrives again
+    await client.send("agent.state", {"state": "idle"})
+    barred = await client.recv()
+    assert barred["payload"]["error_code"] == "store_unavailable"
+    assert f"frame {start['message_id']} before it" in barred["payload"]["message"]
+    # the state was rebuilt from the log: no turn is open, so the re-sent start is accepted
+    await client.send_frame(start)
     got = await edge.recv()
-    assert got["message_id"] == again["message_id"]
+    assert got["message_id"] == start["message_id"]

@@ -160,6 +160,11 @@ class RedisServer:
         return f"127.0.0.1:{self.port}"
 
     @property
+    def pid(self) -> int | None:
+        """The redis-server's process id while it runs (for SIGSTOP / SIGCONT faults)."""
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    @property
     def running(self) -> bool:
         """True while the process is alive."""
         return self._proc is not None and self._proc.poll() is None
