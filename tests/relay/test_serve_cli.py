@@ -156,7 +156,8 @@ async def test_invalid_values_are_refused_clearly() -> None:
     assert code == EXIT_BAD_SETTING
     assert len(lines) == 1, lines
     assert "'verbose' is not one of debug, info, warning, error, critical" in lines[0]
-    assert lines[0].startswith("rawp serve: ") and lines[0].endswith("(see rawp serve --help)")
+    assert lines[0].startswith("rawp serve: ")
+    assert lines[0].endswith("(see rawp serve --help)")
     code, lines = await serve_fails(env=_env(RAWP_LOG_LEVEL="verbose"))
     assert code == EXIT_BAD_SETTING
     assert len(lines) == 1, lines
