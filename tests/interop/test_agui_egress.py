@@ -493,6 +493,7 @@ async def test_archived_by_fatal_error_replays_and_ends_and_post_is_409(
     status, body = await asyncio.wait_for(_sse(url, API_KEY, **{"Last-Event-ID": last_id}), 20)
     assert status == 200
     assert _ids_and_types(body) == everything[first + 1 :]
+    assert json.loads(body.rsplit("data: ", 1)[1])["code"] == "error"  # the §9 turn.end error
     status, problem = await _post_run(url, API_KEY, "u-3", "again")
     assert (status, problem["code"]) == (409, "archived")
     log = [json.loads(e.data) for e in await master.store.read("agui-e8")]
@@ -517,12 +518,18 @@ async def test_archived_by_expiry_replays_the_finalization_as_final(
     await client.turn_start()
     await client.text_delta("b1", "half")
     await client.tool_request("c1", "slow", {})
+    url = f"{master.http_url}/v1/sessions/agui-e9/ag-ui"
+    live = asyncio.create_task(_sse(url, API_KEY))  # a tail open while the session ends
+    async with asyncio.timeout(10):
+        while not master.hub.sessions["agui-e9"].listeners:
+            await asyncio.sleep(0.02)
     await client.close()
     await _archived(master, "agui-e9")
+    status, live_body = await asyncio.wait_for(live, 20)
+    assert status == 200
     header = await master.store.get_session("agui-e9")
     assert header is not None
     assert header.reason == "timeout"
-    url = f"{master.http_url}/v1/sessions/agui-e9/ag-ui"
     status, body = await asyncio.wait_for(_sse(url, API_KEY, **{"Last-Event-ID": "1"}), 20)
     assert status == 200
     events = [json.loads(line[6:]) for line in body.split("\n") if line.startswith("data: ")]
@@ -530,6 +537,7 @@ async def test_archived_by_expiry_replays_the_finalization_as_final(
     assert types[-4:] == ["TEXT_MESSAGE_END", "TOOL_CALL_RESULT", "CUSTOM", "RUN_ERROR"]
     assert events[-1]["code"] == "disconnected"
     assert events[-3]["content"] == "Connection lost"
+    assert _ids_and_types(live_body)[-4:] == _ids_and_types(body)[-4:]  # the same end, live
     status, body = await asyncio.wait_for(_sse(url, API_KEY), 20)
     assert [t for _, t in _ids_and_types(body)] == [
         "RUN_STARTED",
