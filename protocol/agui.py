@@ -442,6 +442,9 @@ class AguiEgress:
         if self._held_synthetic and role == "client":
             events += self._make_final()
         if isinstance(frame, Deleted) and role == "master":
+            # A session that ends while a finalization is held (its client never came back:
+            # the reattach window expired, notes §16.1) makes that finalization final.
+            events += self._make_final() if self._held_synthetic else []
             events += self._finish(None) if self._held_end else []
             events += self._end_session(frame)
             return events

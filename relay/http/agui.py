@@ -12,11 +12,16 @@
   folded from the log first (``@ag-ui/client`` wants ``RUN_STARTED`` first), then every turn
   as a run, live. ``Last-Event-ID`` (or ``?last_event_id=``) resumes after that event with no
   event missing or doubled; ``?until=run_end`` ends the stream with the run in progress (how a
-  POST stream cut mid-run is resumed). A terminated session replays and ends.
+  POST stream cut mid-run is resumed). An archived session (notes §16.1: ended by expiry or
+  a fatal error, its log kept) replays — the snapshot run, or the rest after
+  ``Last-Event-ID`` — and the stream ends; ``POST`` on it answers 409 ``archived``, as every
+  HTTP write to an archived session does.
 
 Same credentials and scopes as the other session routes (:mod:`relay.http.access`): a session
-token may read and append user input here as on ``/events``. Every SSE ``id:`` is
-``seq`` or ``seq.k`` (:func:`protocol.agui.parse_event_id`); data is AG-UI's own encoder.
+token may read and append user input here as on ``/events``. Both streams are registered in
+:data:`relay.http.sse.STREAMS`, so a revoked or expired credential ends them (notes §16.9).
+Every SSE ``id:`` is ``seq`` or ``seq.k`` (:func:`protocol.agui.parse_event_id`); data is
+AG-UI's own encoder.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from ..auth import Principal
 from ..hub import Hub
 from ..session import Session
 from ..store.base import LogEntry
-from .access import hub_of, principal_of, visible_header
+from .access import hub_of, loaded_session, principal_of, visible_header
 from .app import authenticate
 from .events import submit
 from .middleware import HTTP_METRICS, ApiError
@@ -92,6 +97,10 @@ class _Stream:
 
     async def write(self, events: list[EmittedEvent]) -> None:
         for emitted in events:
+            if self.sse.stop.is_set():
+                # Revoked, expired or shutting down: a busy stream ends here, not at its next
+                # idle ping (§16.9), as /events/stream does.
+                self.done = True
             if self.done:
                 return
             await self.response.write(encode_sse(emitted.event, emitted.event_id))
@@ -197,7 +206,8 @@ async def _follow(request: web.Request, stream: _Stream, session: Session) -> No
                 # Reloaded (or ended) on this node: follow the new object, from the store.
                 session.listeners.discard(listener)
                 reloaded = await hub.open(session.id)
-                if reloaded is None:
+                if reloaded is None or reloaded.terminated:
+                    # Purged, or archived (read-only, never changes): the rest, then the end.
                     await _catch_up(stream, session.id, hub)
                     break
                 session = reloaded
@@ -219,7 +229,9 @@ async def _wait(wake: asyncio.Event, stop: asyncio.Event, timeout: float) -> boo
 
 
 async def _terminated(request: web.Request, session_id: str) -> Session | None:
-    """The live session, or None when it has ended (its log stays readable: replay)."""
+    """The live session, or None when it has ended: archived (notes §16.1; the hub hands out
+    a read-only, ``terminated`` object), or terminated by another request just now. Its log
+    stays readable: replay."""
     session = await hub_of(request).open(session_id)
     if session is None or session.terminated:
         return None
@@ -247,7 +259,7 @@ async def agui_tail(request: web.Request) -> web.StreamResponse:
         raise ApiError(400, "until must be run_end", code="invalid_query")
     session = await _terminated(request, session_id)
     response = _start_response()
-    sse = EventStream(response, principal, request.app[HTTP_METRICS].sse_events)
+    sse = EventStream(response, principal, request.app[HTTP_METRICS].sse_events, request.transport)
     stream = _Stream(session_id, response, sse, until_run_end=until == "run_end")
 
     async def body() -> None:
@@ -284,13 +296,13 @@ async def agui_run(request: web.Request) -> web.StreamResponse:
         raise ApiError(
             400, f"not a RunAgentInput: {where}: {first.get('msg', '')}", code="invalid_body"
         ) from None
-    session = await _terminated(request, header.session_id)
-    if session is None:
-        raise ApiError(409, "the session has ended; GET replays it", code="session_ended")
+    session = await loaded_session(request, header)  # 404 once purged
+    if session.header.archived or session.terminated:
+        raise ApiError(409, f"session {session.id} has ended: it is read-only", code="archived")
     hub = session.hub
     session_id = session.id
     response = _start_response()
-    sse = EventStream(response, principal, request.app[HTTP_METRICS].sse_events)
+    sse = EventStream(response, principal, request.app[HTTP_METRICS].sse_events, request.transport)
     stream = _Stream(session_id, response, sse, until_run_end=True)
     cursor = session.head
     await _fold_to(stream, session_id, hub, cursor)

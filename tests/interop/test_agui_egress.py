@@ -406,3 +406,242 @@ async def test_agent_drop_and_reattach_keeps_the_agui_run_whole(
         ("tool_call", "slow {}"),
         ("tool", "done"),
     ]
+
+
+# --- archived sessions (notes §16.1) and revoked credentials (§16.9) ----------------------
+
+
+async def _archived(master: Master, session_id: str) -> None:
+    """Wait (bounded) until the session's header says archived."""
+    async with asyncio.timeout(20):
+        while True:
+            header = await master.store.get_session(session_id)
+            if header is not None and header.archived:
+                return
+            await asyncio.sleep(0.05)
+
+
+async def _post_run(url: str, token: str, message_id: str, text: str) -> tuple[int, Any]:
+    """POST one RunAgentInput; (status, JSON body or None for an event stream)."""
+    body = {
+        "threadId": "t",
+        "runId": "r",
+        "state": {},
+        "messages": [{"id": message_id, "role": "user", "content": text}],
+        "tools": [],
+        "context": [],
+        "forwardedProps": {},
+    }
+    headers = {"Authorization": f"Bearer {token}", "Accept": "text/event-stream"}
+    async with aiohttp.ClientSession() as http, http.post(url, json=body, headers=headers) as r:
+        if r.content_type == "text/event-stream":
+            await r.read()
+            return r.status, None
+        return r.status, await r.json(content_type=None)
+
+
+async def test_archived_by_fatal_error_replays_and_ends_and_post_is_409(
+    master: Master, node_harness: Path, tmp_path: Path
+) -> None:
+    """The client's fatal error archives the session: GET replays and ends, POST answers 409."""
+
+    async def fatal(client: RawpClient, text: str, _inbox: asyncio.Queue[Any]) -> None:
+        await client.turn_start()
+        await client.text_delta("b1", f"partial {text}")
+        await client.tool_request("c1", "search", {"q": text})
+        await client.error("agent_crashed", "cannot go on", fatal=True)
+
+    async with rawp_agent(master, "agui-e8", fatal):
+        edge = RawpClient(master.ws_url, "agui-e8", role="edge", token=API_KEY)
+        await edge.connect()
+        await edge.user_message("go")
+        await _archived(master, "agui-e8")
+        await edge.close()
+    header = await master.store.get_session("agui-e8")
+    assert header is not None
+    assert header.reason == "error"
+    url = f"{master.http_url}/v1/sessions/agui-e8/ag-ui"
+    # Through the real client: a snapshot tail, a follow tail (no ?until), then a run.
+    steps = [
+        {"kind": "connect"},
+        {"kind": "connect", "follow": True},
+        {"kind": "run", "id": "u-2", "text": "more"},
+    ]
+    report = await run_harness(node_harness, _scenario(master, "agui-e8", steps), tmp_path)
+    snapshot_tail, follow_tail, run = report["runs"]
+    assert len(report["errors"]) == 1, report["stderr"]
+    assert "409" in report["errors"][0]
+    assert run["events"] == []
+    for tail in (snapshot_tail, follow_tail):
+        assert [e["type"] for e in tail["events"]] == [
+            "RUN_STARTED",
+            "MESSAGES_SNAPSHOT",
+            "RUN_FINISHED",
+        ]
+        assert _pairs(tail["messages"]) == [
+            ("user", "go"),
+            ("assistant", "partial go"),
+            ("tool_call", 'search {"q": "go"}'),
+            ("tool", _tool_output(await master.store.read("agui-e8"))),
+        ]
+    # Replay from inside the run: the rest of the log's events, exactly, then the end.
+    everything = await _log_events(master, "agui-e8")
+    assert everything[-1][1] == "RUN_ERROR"
+    first = next(k for k, (_, t) in enumerate(everything) if t == "RUN_STARTED")
+    last_id = everything[first][0]
+    assert last_id is not None
+    status, body = await asyncio.wait_for(_sse(url, API_KEY, **{"Last-Event-ID": last_id}), 20)
+    assert status == 200
+    assert _ids_and_types(body) == everything[first + 1 :]
+    assert json.loads(body.rsplit("data: ", 1)[1])["code"] == "error"  # the §9 turn.end error
+    status, problem = await _post_run(url, API_KEY, "u-3", "again")
+    assert (status, problem["code"]) == (409, "archived")
+    log = [json.loads(e.data) for e in await master.store.read("agui-e8")]
+    assert [f["payload"]["text"] for f in log if f["type"] == "user.message"] == ["go"]
+
+
+def _tool_output(entries: list[Any]) -> str:
+    """The output of the log's one tool result, as AG-UI's string content."""
+    results = [json.loads(e.data) for e in entries if e.type == "tool.invoke.result"]
+    assert len(results) == 1
+    output = results[0]["payload"].get("output", "")
+    return output if isinstance(output, str) else json.dumps(output)
+
+
+async def test_archived_by_expiry_replays_the_finalization_as_final(
+    make_master: Callable[..., Any],
+) -> None:
+    """The agent left mid-turn and never came back: the replay ends its run disconnected."""
+    master: Master = await make_master(reattach_window_s=0.5)
+    client = RawpClient(master.ws_url, "agui-e9", role="client", token=API_KEY, create=True)
+    await client.connect()
+    await client.turn_start()
+    await client.text_delta("b1", "half")
+    await client.tool_request("c1", "slow", {})
+    url = f"{master.http_url}/v1/sessions/agui-e9/ag-ui"
+    live = asyncio.create_task(_sse(url, API_KEY))  # a tail open while the session ends
+    async with asyncio.timeout(10):
+        while not master.hub.sessions["agui-e9"].listeners:
+            await asyncio.sleep(0.02)
+    await client.close()
+    await _archived(master, "agui-e9")
+    status, live_body = await asyncio.wait_for(live, 20)
+    assert status == 200
+    header = await master.store.get_session("agui-e9")
+    assert header is not None
+    assert header.reason == "timeout"
+    status, body = await asyncio.wait_for(_sse(url, API_KEY, **{"Last-Event-ID": "1"}), 20)
+    assert status == 200
+    events = [json.loads(line[6:]) for line in body.split("\n") if line.startswith("data: ")]
+    types = [e["type"] for e in events]
+    assert types[-4:] == ["TEXT_MESSAGE_END", "TOOL_CALL_RESULT", "CUSTOM", "RUN_ERROR"]
+    assert events[-1]["code"] == "disconnected"
+    assert events[-3]["content"] == "Connection lost"
+    assert _ids_and_types(live_body)[-4:] == _ids_and_types(body)[-4:]  # the same end, live
+    status, body = await asyncio.wait_for(_sse(url, API_KEY), 20)
+    assert [t for _, t in _ids_and_types(body)] == [
+        "RUN_STARTED",
+        "MESSAGES_SNAPSHOT",
+        "RUN_FINISHED",
+    ]
+    assert (await _post_run(url, API_KEY, "u-1", "hello?"))[0] == 409
+
+
+async def _session_token(master: Master, session_id: str) -> tuple[str, str]:
+    """A fresh session token for the session: (token_id, secret)."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            f"{master.http_url}/v1/sessions/{session_id}/tokens",
+            headers={"Authorization": f"Bearer {API_KEY}"},
+            json={},
+        ) as response,
+    ):
+        assert response.status in (200, 201)
+        answer = await response.json()
+    return answer["token_id"], answer["token"]
+
+
+async def _revoke(master: Master, token_id: str) -> None:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.delete(
+            f"{master.http_url}/v1/tokens/{token_id}",
+            headers={"Authorization": f"Bearer {API_KEY}"},
+        ) as response,
+    ):
+        assert response.status == 200
+
+
+async def _stream_until_revoked(
+    master: Master, session_id: str, method: str, token: str, token_id: str
+) -> list[str]:
+    """Open the AG-UI stream with ``token``; once it shows the open message, revoke the token
+    and read on until the master ends the stream (bounded). The event types read."""
+    url = f"{master.http_url}/v1/sessions/{session_id}/ag-ui"
+    headers = {"Authorization": f"Bearer {token}", "Accept": "text/event-stream"}
+    body = {
+        "threadId": "t",
+        "runId": "r",
+        "state": {},
+        "messages": [{"id": "u-1", "role": "user", "content": "wait"}],
+        "tools": [],
+        "context": [],
+        "forwardedProps": {},
+    }
+    types: list[str] = []
+    async with (
+        aiohttp.ClientSession() as http,
+        http.request(
+            method, url, headers=headers, json=body if method == "POST" else None
+        ) as response,
+    ):
+        assert response.status == 200
+        async with asyncio.timeout(20):
+            async for line in response.content:
+                if line.startswith(b"data: "):
+                    types.append(json.loads(line[6:])["type"])
+                    if types[-1] == "TEXT_MESSAGE_START":
+                        break
+        await _revoke(master, token_id)
+        async with asyncio.timeout(10):  # bounded: the watch checks every 0.5 s (§16.9)
+            async for line in response.content:
+                if line.startswith(b"data: "):
+                    types.append(json.loads(line[6:])["type"])
+    return types
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+async def test_revoked_session_token_ends_the_agui_stream(master: Master, method: str) -> None:
+    """Revoking the session token over HTTP ends an open AG-UI tail (GET) or run (POST)."""
+    sid = f"agui-rv-{method.lower()}"
+
+    async def hang(client: RawpClient, text: str, _inbox: asyncio.Queue[Any]) -> None:
+        await client.turn_start()
+        await client.text_delta("b1", "thinking about it")
+
+    async with rawp_agent(master, sid, hang) as client:
+        token_id, token = await _session_token(master, sid)
+        if method == "GET":  # a turn in progress, which the tail joins
+            async with rawp_agent_edge(master, sid) as edge:
+                await edge.user_message("wait")
+                async with asyncio.timeout(10):
+                    while client.view.state.open_text != {"b1"}:
+                        await asyncio.sleep(0.02)
+        types = await _stream_until_revoked(master, sid, method, token, token_id)
+        assert master.hub.sessions[sid].state.turn_id is not None  # the turn is still open
+    assert types[0] == "RUN_STARTED"
+    assert "TEXT_MESSAGE_START" in types
+    assert "RUN_FINISHED" not in types  # cut, never a false end
+    assert "RUN_ERROR" not in types
+
+
+@contextlib.asynccontextmanager
+async def rawp_agent_edge(master: Master, session_id: str) -> AsyncIterator[RawpClient]:
+    """An edge of the session (API key), closed afterwards."""
+    edge = RawpClient(master.ws_url, session_id, role="edge", token=API_KEY)
+    await edge.connect()
+    try:
+        yield edge
+    finally:
+        await edge.close()

@@ -525,6 +525,32 @@ def test_row_deleted_ends_the_run_and_the_stream() -> None:
     assert mapper.ended
 
 
+def test_session_archived_while_finalized_makes_the_finalization_final() -> None:
+    """Expiry after a drop (§16.1): the held synthetic closers stand, RUN_ERROR disconnected."""
+    delta = frame("agent.text.delta", {"block_id": "b1", "delta": "part"})
+    lost = frame(
+        "tool.invoke.result",
+        {"call_id": "c1", "status": "cancelled", "output": "Connection lost"},
+        synthetic=True,
+    )
+    request = frame("tool.invoke.request", {"call_id": "c1", "tool_name": "t", "input": {}})
+    deleted = frame(
+        "session.deleted", {"session_id": SID, "reason": "timeout", "deleted_by": "system"}
+    )
+    closers = [_synthetic_close()[0], (lost, M), _synthetic_close()[1]]
+    mapper, events = egress((start(), C), (delta, C), (request, C), *closers, (deleted, M))
+    assert types(events)[-4:] == ["TEXT_MESSAGE_END", "TOOL_CALL_RESULT", "CUSTOM", "RUN_ERROR"]
+    assert getattr(events[-1], "code", None) == "disconnected"
+    assert mapper.ended
+    assert not mapper.in_run
+    snapshot = mapper.connect("snap", 7)
+    assert types([e.event for e in snapshot]) == [
+        "RUN_STARTED",
+        "MESSAGES_SNAPSHOT",
+        "RUN_FINISHED",
+    ]
+
+
 # --- row 14: late joiners, ids, the wire --------------------------------------------------
 
 

@@ -3,7 +3,7 @@
 // Usage: node harness.mjs SCENARIO.json   (prints one JSON report on stdout)
 // SCENARIO: { url, token, steps: [ {kind: "run", text, id, dropAfter?}
 //                                  | {kind: "resume", interruptId, payload}
-//                                  | {kind: "connect"} ] }
+//                                  | {kind: "connect", follow?} ] }
 // Every event the client receives goes through its own pipeline (enforceEvents, verifyEvents,
 // defaultApplyEvents); a rule broken rejects runAgent and is reported in `errors`.
 // `dropAfter: N` cuts the POST's SSE connection after N events and resumes it with a GET
@@ -97,11 +97,17 @@ function droppingFetch(dropAfter, seen) {
 }
 
 // HttpAgent has no connect(); this one tails the session with GET, through the same client
-// pipeline (connectAgent verifies and applies every event like runAgent).
+// pipeline (connectAgent verifies and applies every event like runAgent). `follow: true`
+// tails without `?until=run_end` (the stream ends only when the server ends it).
 class TailingAgent extends HttpAgent {
+  constructor(config, follow) {
+    super(config);
+    this.follow = follow;
+  }
+
   connect() {
-    const request = () =>
-      fetch(`${this.url}?until=run_end`, { headers: { ...auth, Accept: "text/event-stream" } });
+    const url = this.follow ? this.url : `${this.url}?until=run_end`;
+    const request = () => fetch(url, { headers: { ...auth, Accept: "text/event-stream" } });
     return transformHttpEventStream(runHttpRequest(request));
   }
 }
@@ -120,7 +126,7 @@ for (const step of scenario.steps) {
   report.runs.push(run);
   try {
     if (step.kind === "connect") {
-      const tail = new TailingAgent({ url: scenario.url, headers: auth });
+      const tail = new TailingAgent({ url: scenario.url, headers: auth }, Boolean(step.follow));
       await tail.connectAgent({}, recorder(run));
       run.messages = tail.messages;
       continue;
