@@ -1,8 +1,11 @@
-"""The dashboard: ``GET /`` (static HTML + JavaScript modules, no build step) and its config.
+"""The dashboard: ``GET /`` (static HTML + one bundled script and stylesheet) and its config.
 
-The page is itself an edge: it reads sessions over this HTTP API and attaches to one over
-the WebSocket, whose URL it takes from ``GET /config.json`` (the WebSocket listens on
-another port). Files are served from ``relay/http/static/``.
+The page is itself an edge (``@rawp/client``): it reads sessions over this HTTP API and
+attaches to one over the WebSocket, whose URL it takes from ``GET /config.json`` (the
+WebSocket listens on another port). Files are served from ``relay/http/static/``; the bundle
+there is built from ``sdk/dashboard/`` (``make dashboard``) and checked in, so serving it
+needs no Node. The Content-Security-Policy allows scripts from this origin only (no inline
+script, no eval) and connections to this origin and the master's WebSocket address only.
 """
 
 from __future__ import annotations
@@ -30,25 +33,39 @@ _HEADERS: Final = {
     "Cache-Control": "no-cache",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
-    "Content-Security-Policy": (
-        "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; "
-        "style-src 'self'; script-src 'self'; frame-ancestors 'none'"
-    ),
 }
+_CSP: Final = (
+    "default-src 'self'; connect-src 'self'{ws}; img-src 'self' data:; style-src 'self'; "
+    "script-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
 
 
-async def index(request: web.Request) -> web.FileResponse:
-    """``GET /``: the dashboard page."""
-    return web.FileResponse(STATIC_DIR / "index.html", headers=_HEADERS)
-
-
-async def config(request: web.Request) -> web.Response:
-    """``GET /config.json``: where the page's WebSocket connects."""
+def _ws_url(request: web.Request) -> URL | None:
+    """The WebSocket address the page connects to (as the browser reaches this master)."""
     provider = request.app.get(WS_URL)
     ws_url = URL(provider()) if provider is not None else None
     if ws_url is not None and ws_url.host in _WILDCARDS:
         # Bound to every interface: the browser reaches it by the name it used for us.
         ws_url = ws_url.with_host(request.url.host or "127.0.0.1")
+    return ws_url
+
+
+def _headers(request: web.Request) -> dict[str, str]:
+    """The page's headers; its CSP names the one WebSocket origin it may connect to."""
+    ws_url = _ws_url(request)
+    ws = f" {ws_url.scheme}://{ws_url.raw_authority}" if ws_url is not None else ""
+    return {**_HEADERS, "Content-Security-Policy": _CSP.format(ws=ws)}
+
+
+async def index(request: web.Request) -> web.FileResponse:
+    """``GET /``: the dashboard page."""
+    return web.FileResponse(STATIC_DIR / "index.html", headers=_headers(request))
+
+
+async def config(request: web.Request) -> web.Response:
+    """``GET /config.json``: where the page's WebSocket connects."""
+    ws_url = _ws_url(request)
     return json_response(
         {
             "ws_url": str(ws_url) if ws_url is not None else None,
@@ -74,4 +91,4 @@ async def static(request: web.Request) -> web.FileResponse:
     path = STATIC_DIR / name
     if not _STATIC_NAME.fullmatch(name) or not path.is_file():
         raise ApiError(404, f"no static file {name}", code="not_found")
-    return web.FileResponse(path, headers=_HEADERS)
+    return web.FileResponse(path, headers=_headers(request))
