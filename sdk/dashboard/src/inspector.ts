@@ -15,6 +15,7 @@ interface Source {
 export class Inspector {
   private visible = false;
   private target: number | null = null;
+  private highlight: number | null = null; // the seq the address names, kept highlighted
   private start: number | null = null; // null: follow the tail
   private shownLength = -1;
   private shownFilter = "";
@@ -41,6 +42,7 @@ export class Inspector {
   show(seq: number | null): void {
     this.visible = true;
     this.target = seq;
+    this.highlight = seq;
     this.start = null;
     if (seq !== null && this.select.value !== "") {
       const f = this.c.frames.find((x) => x.seq === seq);
@@ -75,7 +77,7 @@ export class Inspector {
     const to = Math.min(list.length, from + PAGE);
     this.count.textContent = `${list.length} event${list.length === 1 ? "" : "s"}${filter ? ` of type ${filter}` : ""}` + (list.length > PAGE ? ` · showing ${from + 1}–${to}` : "");
     const rows: HTMLElement[] = [];
-    for (let i = from; i < to; i += 1) rows.push(this.row(list[i]!, i === targetIndex));
+    for (let i = from; i < to; i += 1) rows.push(this.row(list[i]!, list[i]!.seq === this.highlight && this.highlight !== null));
     this.box.replaceChildren(...rows);
     this.renderNav(from, to, list.length);
     if (targetIndex >= 0 && this.visible) {

@@ -40,6 +40,8 @@ class Current implements FrameIndex {
   readonly turnEnds = new Map<string, Frame>();
   readonly toolResults = new Map<string, Frame>();
   readonly closers = new Map<string, Frame>();
+  /** participant_id -> role, from the presence frames. */
+  readonly roles = new Map<string, string>();
   lastSeq = 0;
   clientErrors: string[] = [];
   closed = false;
@@ -59,7 +61,9 @@ class Current implements FrameIndex {
     this.frames.push(frame);
     const p = frame.payload as Record<string, unknown> | undefined;
     if (!p) return;
-    if (frame.type === "session.turn.end" && typeof p.turn_id === "string") {
+    if (frame.type === "session.presence" && typeof p.participant_id === "string") {
+      this.roles.set(p.participant_id, String(p.role));
+    } else if (frame.type === "session.turn.end" && typeof p.turn_id === "string") {
       this.turnEnds.set(p.turn_id, frame);
       this.closers.set(`turn:${p.turn_id}`, frame);
     } else if (frame.type === "tool.invoke.result" && typeof p.call_id === "string") {
@@ -87,6 +91,10 @@ const app = {
   chart: null as UsageChart | null,
   listTimer: 0 as number,
   renderQueued: false,
+  /** Re-render soon (after poking at the view from the console or a test). */
+  refresh(): void {
+    scheduleRender();
+  },
   get view(): SessionView | null {
     return this.current ? this.current.view : null;
   },
@@ -545,14 +553,16 @@ function usageBlocks(blocks: readonly Block[]): UsageBlock[] {
 
 function endedText(c: Current): string | null {
   const deleted = [...c.view.blocks].reverse().find((b) => b.kind === "notice" && b.notice === "deleted");
-  if (deleted) return `This session was ${deleted.kind === "notice" ? deleted.text.replace(/^session /, "") : "deleted"}.`;
+  const how = deleted && deleted.kind === "notice" ? deleted.text.replace(/^session /, "") : null;
   if (c.readOnly) {
     const h = c.header;
     const bits = ["Archived session: read-only."];
     if (h?.ended_at) bits.push(`Ended ${h.ended_at}`);
-    if (h?.reason) bits.push(`(${h.reason}${h.deleted_by ? `, by ${h.deleted_by}` : ""})`);
+    if (how) bits.push(`(${how.replace(/^deleted /, "")})`);
+    else if (h?.reason) bits.push(`(${h.reason}${h.deleted_by ? `, by ${h.deleted_by}` : ""})`);
     return bits.join(" ");
   }
+  if (how) return `This session was ${how}.`;
   if (c.ended && c.client === null) return c.ended;
   return null;
 }
@@ -573,8 +583,8 @@ function renderPresence(c: Current): void {
   if (me && c.client?.connected) chips.push(el("span", { class: "chip you", title: me }, "you"));
   for (const [id, state] of Object.entries(c.view.participants)) {
     if (id === me || state === "expired") continue;
-    const p = c.header?.participants.find((x) => x.participant_id === id);
-    const role = p ? (p.role === "client" ? "agent" : "viewer") : "participant";
+    const known = c.roles.get(id) ?? c.header?.participants.find((x) => x.participant_id === id)?.role;
+    const role = known === "client" ? "agent" : known === "edge" ? "viewer" : "participant";
     chips.push(el("span", { class: `chip ${state}`, title: id }, `${role} ${state}`));
   }
   $("presence").replaceChildren(...chips);
