@@ -455,7 +455,8 @@ async function openSession(id: string): Promise<void> {
         c.view.receive(frame);
         c.record(frame);
       }
-      scheduleRender();
+      // One render once the log is read (rendering each page would redo the visible window).
+      setConn("connecting", `read ${c.frames.length} events of the log`);
     }
   } catch (error) {
     if (app.current !== c) return;
@@ -485,9 +486,10 @@ async function openSession(id: string): Promise<void> {
     if (c.clientErrors.length > 20) c.clientErrors.shift();
     scheduleRender();
   });
+  const connecting = client.connect(); // the handshake runs while the log renders
   render();
   try {
-    await client.connect();
+    await connecting;
   } catch (error) {
     if (app.current !== c) return;
     if (error instanceof HandshakeRefused && error.code === 4410) {

@@ -20,7 +20,7 @@ export interface FrameIndex {
 
 type Answer = (interactionId: string, value: unknown) => void;
 
-const WINDOW = 400;
+const WINDOW = 300; // blocks rendered at first (the latest); more on request
 
 export class Timeline {
   private cache = new WeakMap<object, { sig: string; node: HTMLElement | null }>();
