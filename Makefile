@@ -22,7 +22,7 @@ setup: $(STAMP)
 run: setup
 	$(BIN)/rawp serve $(ARGS)
 
-test: lint typecheck pytest sdk-test dashboard-check
+test: lint typecheck dashboard-check pytest sdk-test
 
 lint: setup
 	$(BIN)/ruff format --check .
