@@ -546,8 +546,14 @@ function render(): void {
   app.timeline?.render();
   app.chart?.update(usageBlocks(view.blocks));
   app.inspector?.refresh();
-  renderList();
+  // The open session's list entry follows its view; the list itself is redrawn by the poll.
+  const listSig = `${view.status}|${view.name}|${c.readOnly}`;
+  if (listSig !== lastListSig) {
+    lastListSig = listSig;
+    renderList();
+  }
 }
+let lastListSig = "";
 
 function usageBlocks(blocks: readonly Block[]): UsageBlock[] {
   return blocks.filter((b): b is UsageBlock => b.kind === "usage" && !b.from_master);
@@ -560,7 +566,7 @@ function endedText(c: Current): string | null {
     const h = c.header;
     const bits = ["Archived session: read-only."];
     if (h?.ended_at) bits.push(`Ended ${h.ended_at}`);
-    if (how) bits.push(`(${how.replace(/^deleted /, "")})`);
+    if (how) bits.push(how.replace(/^deleted /, ""));
     else if (h?.reason) bits.push(`(${h.reason}${h.deleted_by ? `, by ${h.deleted_by}` : ""})`);
     return bits.join(" ");
   }
