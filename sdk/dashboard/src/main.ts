@@ -140,6 +140,7 @@ function takeTokenFromUrl(): void {
 function showSignIn(message = ""): void {
   $("app").hidden = true;
   $("signout-button").hidden = true;
+  $("sidebar-toggle").hidden = true;
   $("identity").textContent = "";
   $("signin").hidden = false;
   $("signin-error").textContent = message;
@@ -184,6 +185,7 @@ async function start(): Promise<void> {
   const me = app.me;
   $("identity").textContent = me.kind === "key" ? `API key · workspace ${me.workspace}` : `session token · ${me.session_id}`;
   $("sidebar").hidden = me.kind !== "key";
+  $("sidebar-toggle").hidden = me.kind !== "key"; // a session token lists nothing
   $("app").classList.toggle("no-sidebar", me.kind !== "key");
   if (me.kind === "key") {
     void refreshList();
