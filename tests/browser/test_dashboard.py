@@ -148,6 +148,7 @@ async def test_live_session_shows_a_scripted_turn(
     )
     await expect(head.locator(".turn-duration")).to_have_text(re.compile(r"^\d+(\.\d+)? (ms|s)$"))
     await expect(head.locator(".turn-state")).to_have_text("end turn")
+    await expect(head.locator(".turn-usage")).to_have_text("10 in / 20 out · 0.01 USD")
     await expect(head.locator(".seq-link")).to_have_attribute("href", re.compile(r"/events/\d+$"))
     # Thinking folded until opened.
     thinking = page.locator("details.block.thinking")

@@ -1,4 +1,4 @@
-// Usage and cost per turn as a small uPlot chart: input and output tokens (bars), cost (line).
+// Usage per turn as a small uPlot chart: input and output tokens (bars), cost used so far (line).
 import uPlot from "uplot";
 import type { UsageBlock } from "@rawp/client";
 
@@ -51,7 +51,7 @@ export class UsageChart {
           { label: "turn" },
           { label: "input tokens", stroke: "#4c7bd9", fill: "rgba(76,123,217,0.45)", paths: bars },
           { label: "output tokens", stroke: "#2f9e6f", fill: "rgba(47,158,111,0.45)", paths: bars },
-          { label: `cost (${unit})`, scale: "cost", stroke: "#d9822b", width: 2, points: { show: true } },
+          { label: `cost used (${unit})`, scale: "cost", stroke: "#d9822b", width: 2, points: { show: true } },
         ],
       },
       data,

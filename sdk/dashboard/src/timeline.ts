@@ -3,7 +3,7 @@
 // interactions; usage; compactions; notices) and the view's own notices (refused frames,
 // connection lost) where they happened. Nodes are cached per block and re-rendered only when
 // the block changed, so a streamed delta touches one node.
-import type { Block, Frame, Notice, SessionView } from "@rawp/client";
+import type { Block, Frame, Notice, SessionView, UsageBlock } from "@rawp/client";
 import { button, display, duration, el, formatNumber, timeEl } from "./dom.js";
 import { jsonView } from "./json.js";
 import { renderMarkdown } from "./markdown.js";
@@ -26,6 +26,8 @@ export class Timeline {
   private cache = new WeakMap<object, { sig: string; node: HTMLElement | null }>();
   private open = new Set<string>();
   private limit = WINDOW;
+  /** The agent's usage report of each turn (shown in the turn's header). */
+  private usage = new Map<string, UsageBlock>();
 
   constructor(
     private readonly box: HTMLElement,
@@ -42,6 +44,8 @@ export class Timeline {
     const notices = this.c.view.notices;
     const start = Math.max(0, blocks.length - this.limit);
     this.renderMore(start);
+    this.usage.clear();
+    for (const b of blocks) if (b.kind === "usage" && !b.from_master && b.turn_id !== null) this.usage.set(b.turn_id, b);
     const nodes: HTMLElement[] = [];
     let ni = 0;
     while (ni < notices.length && notices[ni]!.position < start) ni += 1;
@@ -109,7 +113,7 @@ export class Timeline {
   private signature(b: Block): string {
     switch (b.kind) {
       case "turn":
-        return `${b.ended}|${b.stop_reason}|${b.synthetic}|${this.c.turnEnds.get(b.turn_id ?? "")?.message_id}`;
+        return `${b.ended}|${b.stop_reason}|${b.synthetic}|${this.c.turnEnds.get(b.turn_id ?? "")?.message_id}|${this.usage.get(b.turn_id ?? "")?.message_id}`;
       case "text":
       case "thinking":
         return `${b.text.length}|${b.done}|${b.synthetic}`;
@@ -230,10 +234,18 @@ export class Timeline {
         took !== null ? el("span", { class: "turn-duration", title: "from turn start to turn end" }, took) : null,
         el("span", { class: `turn-state stop-${b.stop_reason ?? "open"}` }, b.ended ? (b.stop_reason ?? "ended").replace(/_/g, " ") : "in progress…"),
         b.tool_invocation_count !== null ? el("span", { class: "muted" }, `${b.tool_invocation_count} tool call${b.tool_invocation_count === 1 ? "" : "s"}`) : null,
+        this.turnUsage(b.turn_id),
         el("span", { class: "spacer" }),
         b.seq !== null ? el("a", { class: "seq-link", href: `#/s/${encodeURIComponent(this.c.id)}/events/${b.seq}` }, `#${b.seq}`) : null,
       ),
     );
+  }
+
+  private turnUsage(turnId: string | null): HTMLElement | null {
+    const u = turnId === null ? undefined : this.usage.get(turnId);
+    if (u === undefined) return null;
+    const cost = u.cost_unit ? ` · ${formatNumber(u.cost_used)} ${u.cost_unit}` : "";
+    return el("span", { class: "turn-usage", title: "this turn's usage report" }, `${formatNumber(u.input_tokens)} in / ${formatNumber(u.output_tokens)} out${cost}`);
   }
 
   private thinking(b: Extract<Block, { kind: "thinking" }>): HTMLElement {
