@@ -224,6 +224,10 @@ async def test_keyboard_alone_finds_opens_and_answers(browser: Any, master: Mast
     answer = await client.recv_type("control.interaction.response")
     assert answer["payload"] == {"interaction_id": "k1", "response": True}
     await expect(page.locator(".block.interaction .ask-answer")).to_have_text("answered: yes")
+    await page.keyboard.press("e")  # the page's own frame is in the inspector, marked
+    sent = page.locator("#events .event-row.sent")
+    await expect(sent.locator(".ev-type")).to_have_text("control.interaction.response")
+    await expect(sent.locator(".ev-sender")).to_have_text("this page (sent)")
     await clean(page)
     await client.close()
 

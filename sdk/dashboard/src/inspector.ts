@@ -10,6 +10,7 @@ const PAGE = 300;
 interface Source {
   readonly id: string;
   readonly frames: Frame[];
+  readonly sent: WeakSet<Frame>;
 }
 
 export class Inspector {
@@ -107,7 +108,10 @@ export class Inspector {
   private row(frame: Frame, targeted: boolean): HTMLElement {
     const seq = frame.seq ?? null;
     const refused = frame.type === "session.error" && seq === null;
-    const sender = frame.sender ? `${frame.sender.role} · ${frame.sender.participant_id}` : seq === null ? "master → this page" : "—";
+    const mine = this.c.sent.has(frame);
+    const sender = mine
+      ? "this page (sent)"
+      : frame.sender ? `${frame.sender.role} · ${frame.sender.participant_id}` : seq === null ? "master → this page" : "—";
     const details = el("details", { class: "ev-json" }, el("summary", {}, "JSON"));
     let built = false;
     details.addEventListener("toggle", () => {
@@ -117,10 +121,10 @@ export class Inspector {
     });
     const row = el(
       "div",
-      { class: `event-row${refused ? " refused" : ""}${targeted ? " targeted" : ""}`, "data-seq": seq ?? "", "data-type": frame.type, id: seq !== null ? `event-${seq}` : null },
+      { class: `event-row${refused ? " refused" : ""}${mine ? " sent" : ""}${targeted ? " targeted" : ""}`, "data-seq": seq ?? "", "data-type": frame.type, id: seq !== null ? `event-${seq}` : null },
       seq !== null
         ? el("a", { class: "seq-link", href: `#/s/${encodeURIComponent(this.c.id)}/events/${seq}`, title: "link to this event" }, `#${seq}`)
-        : el("span", { class: "seq-link muted", title: "not logged" }, "—"),
+        : el("span", { class: "seq-link muted", title: mine ? "sent by this page; the master logs it under its own seq" : "not logged" }, mine ? "↑" : "—"),
       el("code", { class: "ev-type" }, frame.type),
       el("span", { class: "ev-sender" }, sender),
       timeEl(frame.timestamp, "ev-time") ?? el("span", { class: "ev-time" }, ""),

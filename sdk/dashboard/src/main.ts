@@ -9,6 +9,7 @@ import {
   type ConnectionStatus,
   type Frame,
   type Notice,
+  type SendReceipt,
   type UsageBlock,
 } from "@rawp/client";
 import { Api, ApiError, type SessionInfo, type WhoAmI } from "./api.js";
@@ -45,6 +46,8 @@ class Current implements FrameIndex {
   lastSeq = 0;
   clientErrors: string[] = [];
   closed = false;
+  /** Frames this page sent (shown in the inspector, marked). */
+  readonly sent = new WeakSet<Frame>();
 
   constructor(id: string) {
     this.id = id;
@@ -621,13 +624,28 @@ function fail(message: string): void {
   $("action-error").textContent = message;
 }
 
+/** A frame this page sends: errors shown, and once it left, listed in the inspector. */
+function track(promise: Promise<SendReceipt>): void {
+  const c = app.current;
+  promise.then(
+    (receipt) => {
+      if (!c || app.current !== c) return;
+      const frame = { ...receipt.frame, sender: { role: "edge", participant_id: c.client?.participantId ?? "" } } as Frame;
+      c.sent.add(frame);
+      c.record(frame);
+      scheduleRender();
+    },
+    (e: Error) => fail(e.message),
+  );
+}
+
 function answer(interactionId: string, value: unknown): void {
   const client = app.client;
   if (!client || !client.connected || app.current?.readOnly) {
     fail("not connected: the answer was not sent");
     return;
   }
-  client.interactionResponse(interactionId, value).catch((e: Error) => fail(e.message));
+  track(client.interactionResponse(interactionId, value));
   scheduleRender();
 }
 
@@ -641,7 +659,7 @@ $("composer").addEventListener("submit", (event) => {
     fail("not connected: the message was not sent");
     return;
   }
-  client.userMessage(text).catch((e: Error) => fail(e.message));
+  track(client.userMessage(text));
   input.value = "";
   scheduleRender();
 });
@@ -655,7 +673,7 @@ $("message-input").addEventListener("keydown", (event) => {
 
 $("cancel-button").addEventListener("click", () => {
   const client = app.client;
-  if (client) client.cancel().catch((e: Error) => fail(e.message));
+  if (client) track(client.cancel());
 });
 
 $("rename-button").addEventListener("click", () => {
@@ -673,7 +691,7 @@ $("rename-form").addEventListener("submit", async (event) => {
   $("rename-form").hidden = true;
   if (!c || !name || name === c.view.name) return;
   // As an edge when attached (§7.6, renamed_by edge; the master echoes it back), else HTTP.
-  if (c.client && c.client.connected) c.client.rename(name).catch((e: Error) => fail(e.message));
+  if (c.client && c.client.connected) track(c.client.rename(name));
   else await act(() => app.api!.rename(c.id, name));
   setTimeout(() => void refreshList(), 100);
 });
