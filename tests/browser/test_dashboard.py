@@ -439,9 +439,9 @@ async def test_refused_frames_are_shown(browser: Any, master: Master, shoot: Sho
     await expect(refused).to_have_count(1)
     await expect(refused.locator(".label")).to_have_text("Refused")
     await expect(refused.locator(".error-code")).not_to_be_empty()
+    await shoot(page, "refused-frame")
     await page.click("#tab-events")
     await expect(page.locator(".event-row.refused .ev-type")).to_have_text("session.error")
-    await shoot(page, "refused-frame")
     await clean(page)
     await client.close()
 
