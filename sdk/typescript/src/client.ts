@@ -74,6 +74,19 @@ export class HandshakeRefused extends ClientError {
     this.reason = reason;
   }
 }
+/**
+ * The WebSocket handshake itself was refused (an HTTP 4xx such as a wrong path or an origin not
+ * allowed, or a URL that cannot be opened): reconnecting cannot help. Browsers do not expose
+ * the HTTP status of a failed handshake, so there it looks like a network failure.
+ */
+export class ConnectRefused extends ClientError {
+  readonly status: number | null;
+  constructor(message: string, status: number | null) {
+    super(message);
+    this.name = "ConnectRefused";
+    this.status = status;
+  }
+}
 /** The master refused a frame (session.error with its ref_message_id, notes §16.3). */
 export class FrameRefused extends ClientError {
   readonly errorCode: string;
@@ -163,8 +176,13 @@ class Conn {
     this.ws = new Ctor(url, [SUBPROTOCOL]);
     this.opened = new Promise<void>((resolve, reject) => {
       this.ws.onopen = () => resolve();
-      this.ws.onerror = () => {
-        if (this.closeInfo === null && this.ws.readyState !== 1) reject(new ClientError(`cannot connect to ${url}`));
+      this.ws.onerror = (event) => {
+        if (this.closeInfo !== null || this.ws.readyState === 1) return;
+        const text = String((event as { message?: unknown } | null)?.message ?? "");
+        const status = /Unexpected server response: (4\d\d)/.exec(text); // `ws` in Node
+        if (status !== null) {
+          reject(new ConnectRefused(`${url} refused the WebSocket handshake: HTTP ${status[1]}`, Number(status[1])));
+        } else reject(new ClientError(`cannot connect to ${url}`));
       };
       this.ws.onclose = (event) => {
         this.closeInfo = { code: event.code, reason: event.reason ?? "" };
@@ -376,7 +394,7 @@ export class RawpClient implements AsyncIterable<Delivery> {
   private sentTimes = new Map<string, string>();
   private pending: Pending[] = [];
   private incoming: Array<Delivery | End> = [];
-  private incomingWaiter: (() => void) | null = null;
+  private incomingWaiters: Array<() => void> = [];
   private receivedSinceAck = 0;
   private acked = 0;
   private ackTimer: ReturnType<typeof setTimeout> | null = null;
@@ -582,7 +600,7 @@ export class RawpClient implements AsyncIterable<Delivery> {
       try {
         return await this.open();
       } catch (e) {
-        if (e instanceof HandshakeRefused || e instanceof ClientClosed) {
+        if (e instanceof HandshakeRefused || e instanceof ConnectRefused || e instanceof ClientClosed) {
           this.setStatus("closed");
           throw e;
         }
@@ -611,7 +629,12 @@ export class RawpClient implements AsyncIterable<Delivery> {
 
   private async open(): Promise<Conn> {
     const timeout = this.opts.openTimeoutMs ?? 10_000;
-    const conn = new Conn(this.WS!, this.url);
+    let conn: Conn;
+    try {
+      conn = new Conn(this.WS!, this.url);
+    } catch (e) {
+      throw new ConnectRefused(`cannot open ${this.url}: ${String(e)}`, null);
+    }
     conn.onBinary = () => this.malformed(new ProtocolError("unsupported_data", "binary message from the master"));
     this.conn = conn;
     try {
@@ -907,9 +930,7 @@ export class RawpClient implements AsyncIterable<Delivery> {
   }
 
   private wake(): void {
-    const w = this.incomingWaiter;
-    this.incomingWaiter = null;
-    w?.();
+    for (const w of this.incomingWaiters.splice(0)) w();
   }
 
   /** The next delivery; null once the stream ended; rejects with what ended it abnormally. */
@@ -925,7 +946,7 @@ export class RawpClient implements AsyncIterable<Delivery> {
         return head;
       }
       await new Promise<void>((resolve) => {
-        this.incomingWaiter = resolve;
+        this.incomingWaiters.push(resolve);
       });
     }
   }

@@ -6,6 +6,7 @@ export {
   ClientClosed,
   ReconnectExhausted,
   HandshakeRefused,
+  ConnectRefused,
   FrameRefused,
   FrameLost,
   REFUSAL_CODES,

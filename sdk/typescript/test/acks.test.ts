@@ -10,7 +10,7 @@ import { API_KEY, MASTER_HAS_ACKS, Master, NodeWebSocket, gatedWebSocket, sessio
 
 const skip = MASTER_HAS_ACKS ? false : "set RAWP_MASTER_HAS_ACKS=1 once the master sends connection.ack (notes §16.3)";
 
-describe("producer acks and interaction cancel", { skip }, () => {
+describe("producer acks and interaction cancel", { skip, timeout: 60_000 }, () => {
   let master: Master;
   const opened: RawpClient[] = [];
   const client = (o: Partial<ClientOptions> & { sessionId: string; role: "client" | "edge" }) => {
@@ -26,7 +26,7 @@ describe("producer acks and interaction cancel", { skip }, () => {
     await master.stop();
   });
 
-  test("send() resolves when the master committed the frame, with its seq, in order", async () => {
+  test("send() resolves when the master committed the frame, with its seq, in order", { timeout: 15_000 }, async () => {
     const agent = client({ sessionId: sessionId("ack"), role: "client", create: true });
     await agent.connect();
     const turn = agent.turnStart();
@@ -37,7 +37,7 @@ describe("producer acks and interaction cancel", { skip }, () => {
     assert.equal(agent.inFlightCount, 0); // committed frames leave the in-flight window
   });
 
-  test("a refused frame rejects with the master's refusal; later frames still commit", async () => {
+  test("a refused frame rejects with the master's refusal; later frames still commit", { timeout: 15_000 }, async () => {
     const agent = client({ sessionId: sessionId("ack"), role: "client", create: true });
     await agent.connect();
     const refused = agent.turnEnd("00000000-0000-4000-8000-000000000000"); // no turn is open
@@ -46,7 +46,7 @@ describe("producer acks and interaction cancel", { skip }, () => {
     assert.equal(ok.frame.type, "session.turn.start");
   });
 
-  test("frames buffered while disconnected resolve once the master committed the reattach history", async () => {
+  test("frames buffered while disconnected resolve once the master committed the reattach history", { timeout: 15_000 }, async () => {
     const { WebSocket, gate } = gatedWebSocket();
     const agent = client({ sessionId: sessionId("ack"), role: "client", create: true, WebSocket });
     await agent.connect();
@@ -60,7 +60,7 @@ describe("producer acks and interaction cancel", { skip }, () => {
     assert.ok(receipts.every((r) => r.via === "ack" || r.via === "welcome"));
   });
 
-  test("agent.interaction.cancel withdraws the question: edges drop it and a late answer is refused", async () => {
+  test("agent.interaction.cancel withdraws the question: edges drop it and a late answer is refused", { timeout: 15_000 }, async () => {
     const sid = sessionId("ack");
     const agent = client({ sessionId: sid, role: "client", create: true });
     await agent.connect();

@@ -6,7 +6,7 @@ import { execFile } from "node:child_process";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { promisify } from "node:util";
-import { HandshakeRefused, RawpClient, type ClientOptions, type Delivery } from "../src/client.js";
+import { ConnectRefused, HandshakeRefused, RawpClient, type ClientOptions, type Delivery } from "../src/client.js";
 import { byteLength, encode, newMessageId, now } from "../src/codec.js";
 import type { TextBlock, ToolCallBlock, TurnBlock } from "../src/view.js";
 import { memoryStore } from "../src/persistence.js";
@@ -88,6 +88,13 @@ describe("against a real master", () => {
     const c = client({ sessionId: sessionId(), role: "client", create: true, token: "wrong" });
     await assert.rejects(c.connect(), (e: unknown) => e instanceof HandshakeRefused && e.code === 4401);
     assert.equal(c.status, "closed");
+  });
+
+  test("a handshake refused over HTTP (wrong path) or a URL that cannot be opened is not retried", async () => {
+    const wrongPath = client({ sessionId: sessionId(), role: "client", create: true, url: master.wsUrl.replace("/v1/ws", "/nope") });
+    await assert.rejects(wrongPath.connect(), (e: unknown) => e instanceof ConnectRefused && e.status === 404);
+    const badUrl = client({ sessionId: sessionId(), role: "client", create: true, url: "not a url" });
+    await assert.rejects(badUrl.connect(), (e: unknown) => e instanceof ConnectRefused && e.status === null);
   });
 
   test("the status goes connecting → connected → reconnecting → connected across a drop", async () => {
@@ -334,7 +341,7 @@ describe("against a real master", () => {
     void turn;
   });
 
-  test("a master restart mid-turn: the agent reconnects to the new master and replays its frames in its history", async () => {
+  test("a master restart mid-turn: the agent replays its frames to the new master; a watching edge keeps its finalization and is told the view is incomplete", async () => {
     const own = await new Master(["--reattach-window", "30"]).start();
     try {
       const sid = sessionId();
@@ -344,11 +351,22 @@ describe("against a real master", () => {
       });
       opened.push(agent);
       await agent.connect();
+      const { WebSocket, gate } = gatedWebSocket();
+      const watcher = new RawpClient({
+        url: own.wsUrl, token: API_KEY, WebSocket, producerAcks: false,
+        sessionId: sid, role: "edge", backoff: { initialMs: 20, maxMs: 100 },
+      });
+      opened.push(watcher);
+      await watcher.connect();
       const turn = agent.turnStart();
       await agent.textDelta("b1", "half");
+      await until(() => watcher.view.blocks.some((b) => b.kind === "text"), "the edge seeing the text");
       const epoch = agent.epoch;
+      gate.down = true; // the edge comes back only once the agent re-created the session
       await own.kill();
       await agent.waitStatus("reconnecting");
+      await watcher.waitStatus("reconnecting");
+      assert.equal(watcher.view.finalizedLocally, true);
       assert.equal(agent.view.finalizedLocally, true);
       const buffered = agent.textDelta("b1", " done"); // buffered while the master is down
       assert.equal(agent.buffered, 1);
@@ -370,6 +388,16 @@ describe("against a real master", () => {
         const text = edge.view.blocks.find((b) => b.kind === "text") as TextBlock;
         assert.equal(text.text, "half done");
         await edge.close();
+        // The edge that watched through the crash: the new master's backlog cannot cover its
+        // cursor (a new log), so its finalization stays (§7.8.3) and it says the view is incomplete.
+        gate.down = false;
+        await watcher.waitStatus("connected");
+        assert.notEqual(watcher.epoch, epoch);
+        await until(() => watcher.view.notices.some((n) => n.kind === "backlog_truncated"), "the truncation notice");
+        const watched = watcher.view.blocks.find((b) => b.kind === "turn") as TurnBlock;
+        assert.equal(watched.stop_reason, "disconnected");
+        assert.equal(watched.synthetic, true);
+        await watcher.close();
       } finally {
         await agent.close();
         await restarted.stop();
