@@ -22,7 +22,7 @@ setup: $(STAMP)
 run: setup
 	$(BIN)/rawp serve $(ARGS)
 
-test: lint typecheck pytest sdk-test
+test: lint typecheck dashboard-check pytest sdk-test
 
 lint: setup
 	$(BIN)/ruff format --check .
@@ -51,3 +51,13 @@ schemas: setup
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# The dashboard (sdk/dashboard, on @rawp/client): `make dashboard` rebuilds the checked-in bundle
+# relay/http/static/dashboard{.js,-style.css}; dashboard-check (in make test) type-checks the
+# sources and fails when the checked-in bundle differs from a fresh build (stale).
+.PHONY: dashboard dashboard-check
+dashboard:
+	cd sdk/dashboard && npm ci --no-audit --no-fund --loglevel=error && node build.mjs
+
+dashboard-check:
+	cd sdk/dashboard && npm ci --no-audit --no-fund --loglevel=error && npx tsc -p tsconfig.json && node build.mjs --check

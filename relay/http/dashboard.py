@@ -1,8 +1,11 @@
-"""The dashboard: ``GET /`` (static HTML + JavaScript modules, no build step) and its config.
+"""The dashboard: ``GET /`` (static HTML + one bundled script and stylesheet) and its config.
 
-The page is itself an edge: it reads sessions over this HTTP API and attaches to one over
-the WebSocket, whose URL it takes from ``GET /config.json`` (the WebSocket listens on
-another port). Files are served from ``relay/http/static/``.
+The page is itself an edge (``@rawp/client``): it reads sessions over this HTTP API and
+attaches to one over the WebSocket, whose URL it takes from ``GET /config.json`` (the
+WebSocket listens on another port). Files are served from ``relay/http/static/``; the bundle
+there is built from ``sdk/dashboard/`` (``make dashboard``) and checked in, so serving it
+needs no Node. The Content-Security-Policy allows scripts from this origin only (no inline
+script, no eval) and connections to this origin and the master's WebSocket address only.
 """
 
 from __future__ import annotations
@@ -32,8 +35,9 @@ _STATIC_FILES: Final = frozenset(
 _HOST: Final = re.compile(r"[A-Za-z0-9.-]{1,253}|[0-9A-Fa-f:.]{2,45}")
 _WILDCARDS: Final = frozenset({"0.0.0.0", "::", "[::]", ""})
 _CSP: Final = (
-    "default-src 'self'; connect-src 'self'{ws}; img-src 'self' data:; "
-    "style-src 'self'; script-src 'self'; frame-ancestors 'none'"
+    "default-src 'self'; connect-src 'self'{ws}; img-src 'self' data:; style-src 'self'; "
+    "script-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'"
 )
 
 

@@ -1,8 +1,9 @@
 """A session's log as a readable Markdown transcript (``export?format=md``).
 
 The log is folded with :class:`protocol.view.SessionView` — the view the client library and
-(mirrored in ``static/view.js``) the dashboard show: turns, text, thinking, tool calls
-paired with their results, interactions and answers, usage, compaction summaries, notices.
+(mirrored in the TypeScript SDK's ``SessionView``) the dashboard show: turns, text, thinking,
+tool calls paired with their results, interactions and answers, usage, compaction summaries,
+notices.
 Synthetic blocks (§7.8.1) that are still in effect are marked; the ones a client history
 took back out (§7.8.3) are gone, as in every other view.
 """

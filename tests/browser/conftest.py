@@ -4,7 +4,7 @@ The browser is Debian's ``chromium`` (``/usr/bin/chromium``), driven by Playwrig
 API — no browser download. Without a chromium binary every browser test is SKIPPED, and the
 run says so loudly at the end. Each test gets a fresh profile (``--user-data-dir``) in its
 tmp dir; screenshots are saved there and copied to ``tests/browser/screenshots/``
-(gitignored) so a person can look at them.
+(committed: one small PNG per view of the dashboard) so a person can look at them.
 """
 
 from __future__ import annotations

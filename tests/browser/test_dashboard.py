@@ -14,11 +14,19 @@ from relay.server import Master
 from relay.store.memory import MemoryStore
 from tests.e2e.conftest import API_KEY
 from tests.e2e.conftest import test_settings as settings_for_test
-from tests.support.wire import Peer, new_turn_id, usage_payload
+from tests.support.wire import Peer, envelope, new_turn_id, usage_payload
 
 pytestmark = pytest.mark.browser
 
 Shoot = Callable[[Any, str], Awaitable[Path]]
+
+# Every script-running attempt the page's CSP blocked (none may happen: nothing should try).
+WATCH_CSP = """
+window.__violations = [];
+document.addEventListener("securitypolicyviolation",
+  (e) => window.__violations.push(
+    `${e.violatedDirective} ${e.blockedURI} ${e.sourceFile}:${e.lineNumber} ${e.sample}`));
+"""
 
 
 def expect(target: Any) -> Any:
@@ -28,18 +36,31 @@ def expect(target: Any) -> Any:
     return pw_expect(target)
 
 
-async def open_dashboard(
-    browser: Any, master: Master, session_id: str, token: str = API_KEY
-) -> Any:
-    """A page showing ``session_id``, attached live over the WebSocket."""
+async def new_page(browser: Any) -> Any:
+    """A page that records its errors and CSP violations."""
     page = await browser.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.errors = errors
+    await page.add_init_script(WATCH_CSP)
+    return page
+
+
+async def open_dashboard(
+    browser: Any, master: Master, session_id: str, token: str = API_KEY
+) -> Any:
+    """A page showing ``session_id``, attached live over the WebSocket."""
+    page = await new_page(browser)
     await page.goto(f"{master.http_url}/?token={token}#/s/{session_id}")
     await expect(page.locator("#conn-status")).to_have_attribute("data-state", "live")
     assert "token=" not in page.url  # the credential left the address bar for sessionStorage
     return page
+
+
+async def clean(page: Any) -> None:
+    """No page error and no CSP violation happened."""
+    assert page.errors == []
+    assert await page.evaluate("window.__violations") == []
 
 
 async def agent(master: Master, session_id: str, name: str = "Scripted agent") -> Peer:
@@ -55,10 +76,14 @@ def edge_of(master: Master, session_id: str) -> Any:
     return edges[0]
 
 
+def _frame(session_id: str, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
+    return envelope(session_id, type_, payload)
+
+
 async def test_live_session_shows_a_scripted_turn(
     browser: Any, master: Master, shoot: Shoot
 ) -> None:
-    """Streamed text, folded thinking, paired tool calls, a clickable interaction, usage."""
+    """Timeline times, Markdown, folded thinking, tool detail, interactions, chart, totals."""
     client = await agent(master, "s-live", "Refactor the parser")
     page = await open_dashboard(browser, master, "s-live")
     turn = new_turn_id()
@@ -67,66 +92,103 @@ async def test_live_session_shows_a_scripted_turn(
     await client.send("agent.thinking.delta", {"block_id": "th1", "delta": "The parser "})
     await client.send("agent.thinking.delta", {"block_id": "th1", "delta": "needs a lexer."})
     await client.send("agent.thinking.done", {"block_id": "th1"})
-    await client.send("agent.text.delta", {"block_id": "t1", "delta": "I will split "})
+    await client.send("agent.text.delta", {"block_id": "t1", "delta": "I will **split** "})
     text = page.locator(".block.text").first
-    await expect(text).to_have_text("I will split")
+    await expect(text.locator(".md")).to_have_text("I will split")
     await expect(text).to_have_class(re.compile(r"\bstreaming\b"))
-    await client.send("agent.text.delta", {"block_id": "t1", "delta": "the parser in two."})
+    await client.send("agent.text.delta", {"block_id": "t1", "delta": "the parser:\n\n- lexer\n"})
+    await client.send("agent.text.delta", {"block_id": "t1", "delta": "- parser\n\n`ast.py`"})
     await client.send("agent.text.done", {"block_id": "t1"})
     await client.send(
         "tool.invoke.request",
-        {"call_id": "c1", "tool_name": "read_file", "input": {"path": "parser.py"}},
+        {"call_id": "c1", "tool_name": "read_file", "input": {"path": "parser.py", "lines": 40}},
     )
-    tool = page.locator(".block.tool")
+    tool = page.locator(".block.tool_call")
     await expect(tool.locator(".tool-status")).to_have_text("pending")
+    await expect(tool.locator(".tool-output")).to_have_count(0)
     await client.send(
-        "tool.invoke.result", {"call_id": "c1", "status": "ok", "output": "def parse(): ..."}
+        "tool.invoke.result",
+        {"call_id": "c1", "status": "ok", "output": {"text": "def parse(): ...", "size": 17}},
     )
     await client.send(
         "agent.interaction.request",
         {"interaction_id": "i1", "kind": "choice", "prompt": "Which style?", "options": ["A", "B"]},
     )
     await expect(page.locator("#session-status")).to_have_text("requires action")
-    await page.locator(".block.ask button", has_text="B").click()
+    await page.locator(".block.interaction button", has_text="B").click()
     answer = await client.recv_type("control.interaction.response")
     assert answer["payload"] == {"interaction_id": "i1", "response": "B"}
     assert answer["sender"]["role"] == "edge"
-    await client.send("session.turn.end", {"turn_id": turn, "stop_reason": "end_turn"})
+    await client.send(
+        "session.turn.end", {"turn_id": turn, "stop_reason": "end_turn", "tool_invocation_count": 1}
+    )
     await client.send("session.usage", usage_payload(turn))
     await client.send(
         "session.compacted",
         {
-            "summary": "Kept the lexer plan; dropped old tool output.",
+            "summary": "Kept the lexer plan; dropped **old** tool output.",
             "previous_token_count": 9000,
             "current_token_count": 1200,
             "trigger": "auto",
             "preserved_elements": {"files_modified": ["parser.py"]},
         },
     )
+    # Markdown rendered (bold, a list, inline code), as elements, not text.
     await expect(page.locator(".block.compaction")).to_contain_text("dropped old tool output")
-    await expect(text).to_have_text("I will split the parser in two.")
+    await expect(page.locator(".block.compaction strong")).to_have_text("old")
     await expect(text).not_to_have_class(re.compile(r"\bstreaming\b"))
+    await expect(text.locator(".md strong")).to_have_text("split")
+    await expect(text.locator(".md li")).to_have_text(["lexer", "parser"])
+    await expect(text.locator(".md code")).to_have_text("ast.py")
+    # The turn on the timeline: start time, duration, stop reason, a link to its seq.
+    head = page.locator(".block.turn .turn-head")
+    await expect(head.locator(".turn-title")).to_have_text("Turn 1")
+    await expect(head.locator("time.turn-start")).to_have_text(
+        re.compile(r"^\d\d:\d\d:\d\d\.\d{3}$")
+    )
+    await expect(head.locator(".turn-duration")).to_have_text(re.compile(r"^\d+(\.\d+)? (ms|s)$"))
+    await expect(head.locator(".turn-state")).to_have_text("end turn")
+    await expect(head.locator(".turn-usage")).to_have_text("10 in / 20 out · 0.01 USD")
+    await expect(head.locator(".seq-link")).to_have_attribute("href", re.compile(r"/events/\d+$"))
+    # Thinking folded until opened.
     thinking = page.locator("details.block.thinking")
     await expect(thinking).not_to_have_attribute("open", "")
+    await expect(thinking.locator(".thinking-body")).to_be_hidden()
+    await thinking.locator("summary").click()
     await expect(thinking.locator(".thinking-body")).to_have_text("The parser needs a lexer.")
+    # The tool call: labelled input and output, status, duration, a collapsible JSON viewer.
     await expect(tool).to_have_count(1)
+    await expect(tool.locator(".tool-name")).to_have_text("read_file")
     await expect(tool.locator(".tool-status")).to_have_text("ok")
-    await expect(tool.locator(".tool-output")).to_have_text("def parse(): ...")
-    await expect(page.locator(".block.ask .ask-answer")).to_have_text("answered: B")
-    await expect(page.locator(".block.turn .turn-state")).to_have_text("end turn")
+    await expect(tool.locator(".tool-duration")).to_have_text(re.compile(r"\d+(\.\d+)? (ms|s)$"))
+    await expect(tool.locator(".tool-input h4")).to_have_text("Input")
+    await expect(tool.locator(".tool-output h4")).to_have_text("Output")
+    await expect(tool.locator(".tool-input .json-string")).to_have_text('"parser.py"')
+    await expect(tool.locator(".tool-input .json-number")).to_have_text("40")
+    output = tool.locator(".tool-output details.json-node").first
+    await expect(output).to_have_attribute("open", "")
+    await expect(tool.locator(".tool-output .json-key").first).to_have_text("text: ")
+    await output.locator("summary").first.click()  # collapse
+    await expect(output).not_to_have_attribute("open", "")
+    await expect(page.locator(".block.interaction .ask-answer")).to_have_text("answered: B")
+    # Usage per turn as a chart, plus totals.
+    await expect(page.locator("#usage-chart canvas")).to_have_count(1)
+    await expect(page.locator("#usage-chart .u-legend")).to_contain_text("output tokens")
     await expect(page.locator("#usage")).to_contain_text("10 in / 20 out tokens")
     await expect(page.locator("#usage")).to_contain_text("cost 0.01 USD")
+    await expect(page.locator("#usage")).to_contain_text("1 tool call")
     await expect(page.locator("#session-status")).to_have_text("idle")
     await expect(page.locator(".session-item[data-id='s-live'] .name")).to_have_text(
         "Refactor the parser"
     )
-    await page.fill("#message-input", "Thanks, go ahead.")
+    await page.fill("#message-input", "Thanks, *go ahead*.")
     await page.click("#send-button")
     message = await client.recv_type("user.message")
-    assert message["payload"]["text"] == "Thanks, go ahead."
-    await expect(page.locator(".block.user")).to_have_text("userThanks, go ahead.")
-    await shoot(page, "live-session")
-    assert page.errors == []
+    assert message["payload"]["text"] == "Thanks, *go ahead*."
+    await expect(page.locator(".block.user_message .md")).to_have_text("Thanks, go ahead.")
+    await expect(page.locator(".block.user_message .md em")).to_have_text("go ahead")
+    await shoot(page, "timeline")
+    await clean(page)
     await client.close()
 
 
@@ -140,11 +202,12 @@ async def test_agent_drop_marks_synthetic_blocks_until_its_history(
     await client.send("session.turn.start", {"turn_id": turn, "turn_index": 0})
     await client.send("agent.text.delta", {"block_id": "t1", "delta": "Half"})
     await client.send("tool.invoke.request", {"call_id": "c1", "tool_name": "grep", "input": {}})
-    await expect(page.locator(".block.tool .tool-status")).to_have_text("pending")
+    tool = page.locator(".block.tool_call")
+    await expect(tool.locator(".tool-status")).to_have_text("pending")
     pid = client.participant_id
     await client.close()
-    await expect(page.locator(".block.tool .tool-status")).to_have_text("cancelled")
-    await expect(page.locator(".block.tool")).to_have_class(re.compile(r"\bsynthetic\b"))
+    await expect(tool.locator(".tool-status")).to_have_text("cancelled")
+    await expect(tool).to_have_class(re.compile(r"\bsynthetic\b"))
     await expect(page.locator(".block.turn .turn-state")).to_have_text("disconnected")
     await expect(page.locator(".synthetic-badge")).to_have_count(3)  # text, tool, turn
     await shoot(page, "agent-dropped")
@@ -163,19 +226,13 @@ async def test_agent_drop_marks_synthetic_blocks_until_its_history(
             "last_message_id": buffered[-1]["message_id"],
         },
     )
-    await expect(page.locator(".block.tool .tool-status")).to_have_text("ok")
+    await expect(tool.locator(".tool-status")).to_have_text("ok")
     await expect(page.locator(".synthetic-badge")).to_have_count(0)
-    await expect(page.locator(".block.text")).to_have_text("Half done")
+    await expect(page.locator(".block.text .md")).to_have_text("Half done")
     await expect(page.locator(".block.turn .turn-state")).to_have_text("in progress…")
     await expect(page.locator("#incomplete")).to_be_hidden()
-    assert page.errors == []
+    await clean(page)
     await back.close()
-
-
-def _frame(session_id: str, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
-    from tests.support.wire import envelope
-
-    return envelope(session_id, type_, payload)
 
 
 async def test_second_page_sees_a_rename(browser: Any, master: Master, shoot: Shoot) -> None:
@@ -191,7 +248,7 @@ async def test_second_page_sees_a_rename(browser: Any, master: Master, shoot: Sh
         ) as response,
     ):
         token = (await response.json())["token"]
-    second = await browser.new_page()
+    second = await new_page(browser)
     await second.goto(master.http_url + "/")
     await expect(second.locator("#signin")).to_be_visible()
     await second.fill("#token-input", token)
@@ -208,6 +265,8 @@ async def test_second_page_sees_a_rename(browser: Any, master: Master, shoot: Sh
     assert renamed["payload"]["renamed_by"] == "edge"
     assert await second.evaluate("sessionStorage.getItem('rawp.token')") == token
     await shoot(second, "renamed-second-page")
+    await clean(first)
+    await clean(second)
     await client.close()
 
 
@@ -221,10 +280,10 @@ async def test_page_reattaches_after_its_socket_is_cut(
     await client.send("session.turn.start", {"turn_id": turn, "turn_index": 0})
     await client.send("agent.text.delta", {"block_id": "t1", "delta": "one "})
     await client.send("tool.invoke.request", {"call_id": "c1", "tool_name": "ls", "input": {}})
-    await expect(page.locator(".block.tool .tool-status")).to_have_text("pending")
+    await expect(page.locator(".block.tool_call .tool-status")).to_have_text("pending")
     edge = edge_of(master, "s-cut")
     pid = edge.id
-    assert pid == await page.evaluate("window.rawp.connection.participantId")
+    assert pid == await page.evaluate("window.rawp.client.participantId")
     edge.sink.transport.abort()  # the page's TCP connection dies (close 1006)
     for word in ("two ", "three"):
         await client.send("agent.text.delta", {"block_id": "t1", "delta": word})
@@ -237,20 +296,26 @@ async def test_page_reattaches_after_its_socket_is_cut(
     await expect(page.locator(".block.usage")).to_have_count(1)
     await expect(page.locator("#conn-status")).to_have_attribute("data-state", "live")
     await expect(page.locator(".block.text")).to_have_count(1)
-    await expect(page.locator(".block.text")).to_have_text("one two three")
-    await expect(page.locator(".block.tool")).to_have_count(2)
-    await expect(page.locator(".block.tool .tool-status")).to_have_text(["ok", "ok"])
+    await expect(page.locator(".block.text .md")).to_have_text("one two three")
+    await expect(page.locator(".block.tool_call")).to_have_count(2)
+    await expect(page.locator(".block.tool_call .tool-status")).to_have_text(["ok", "ok"])
     await expect(page.locator(".block.turn")).to_have_count(1)
     await expect(page.locator(".synthetic-badge")).to_have_count(0)
-    assert await page.evaluate("window.rawp.connection.participantId") == pid
-    assert await page.evaluate("window.rawp.connection.attaches") >= 2
+    assert await page.evaluate("window.rawp.client.participantId") == pid
+    assert await page.evaluate("window.rawp.current.attaches") >= 2
     kinds = await page.evaluate("window.rawp.view.notices.map((n) => n.kind)")
     assert "connection_lost" in kinds  # it finalized locally, then the backlog undid it
     entries = await master.store.read("s-cut")
     delivered = [e.seq for e in entries if e.delivered_to(pid, "edge")]
     assert await page.evaluate("window.rawp.view.lastSeq") == delivered[-1]
+    # Every logged frame exactly once in the inspector's log: none missing, none doubled.
+    seqs = await page.evaluate(
+        "window.rawp.current.frames.filter((f) => f.seq != null).map((f) => f.seq)"
+    )
+    assert seqs == sorted(set(seqs))  # none doubled
+    assert set(delivered) <= set(seqs)  # none missing
     assert edge_of(master, "s-cut").id == pid
-    assert page.errors == []
+    await clean(page)
     await shoot(page, "reattached")
     await client.close()
 
@@ -272,7 +337,7 @@ async def test_page_reattaches_after_a_master_restart(browser: Any, shoot: Shoot
         await client.send("session.turn.end", {"turn_id": turn, "stop_reason": "end_turn"})
         await client.send("session.usage", usage_payload(turn))
         await expect(page.locator(".block.usage")).to_have_count(1)
-        pid = await page.evaluate("window.rawp.connection.participantId")
+        pid = await page.evaluate("window.rawp.client.participantId")
         await first.stop()
         await expect(page.locator("#conn-status")).to_have_attribute("data-state", "reconnecting")
         second = Master(settings_for_test(**ports), store=store)
@@ -288,10 +353,12 @@ async def test_page_reattaches_after_a_master_restart(browser: Any, shoot: Shoot
         await back.send("session.turn.end", {"turn_id": turn2, "stop_reason": "end_turn"})
         await back.send("session.usage", usage_payload(turn2))
         await expect(page.locator(".block.usage")).to_have_count(2)
-        await expect(page.locator(".block.text")).to_have_text(["before restart", "after restart"])
+        await expect(page.locator(".block.text .md")).to_have_text(
+            ["before restart", "after restart"]
+        )
         await expect(page.locator(".block.turn")).to_have_count(2)
-        assert await page.evaluate("window.rawp.connection.participantId") == pid
-        assert page.errors == []
+        assert await page.evaluate("window.rawp.client.participantId") == pid
+        await clean(page)
         await shoot(page, "after-restart")
         await back.close()
     finally:
@@ -303,13 +370,13 @@ async def test_page_reattaches_after_a_master_restart(browser: Any, shoot: Shoot
 async def test_truncated_history_shows_the_incomplete_notice(
     browser: Any, master: Master, shoot: Shoot
 ) -> None:
-    """A client history with truncated: true puts a visible "data incomplete" notice up."""
+    """A truncated client history: the master's history_truncated notice puts a banner up."""
     client = await agent(master, "s-trunc")
     page = await open_dashboard(browser, master, "s-trunc")
     turn = new_turn_id()
     await client.send("session.turn.start", {"turn_id": turn, "turn_index": 0})
     await client.send("agent.text.delta", {"block_id": "t1", "delta": "partial"})
-    await expect(page.locator(".block.text")).to_have_text("partial")
+    await expect(page.locator(".block.text .md")).to_have_text("partial")
     pid = client.participant_id
     await client.close()
     await expect(page.locator(".block.turn .turn-state")).to_have_text("disconnected")
@@ -327,9 +394,56 @@ async def test_truncated_history_shows_the_incomplete_notice(
     await expect(notice).to_be_visible()
     await expect(notice).to_contain_text("Data incomplete")
     await expect(notice).to_contain_text("7 frame")
+    await expect(page.locator(".block.notice.notice-error.from-master")).to_contain_text(
+        "history_truncated"
+    )
     await expect(page.locator(".synthetic-badge")).not_to_have_count(0)  # finalization stays
     await shoot(page, "history-truncated")
+    await clean(page)
     await back.close()
+
+
+async def test_notices_count_only_from_the_master(
+    browser: Any, master: Master, shoot: Shoot
+) -> None:
+    """An agent's own history_truncated error is its report: no banner (notes §16.8)."""
+    client = await agent(master, "s-forged")
+    page = await open_dashboard(browser, master, "s-forged")
+    await client.send(
+        "session.error",
+        {
+            "error_code": "history_truncated",
+            "message": "forged: 99 frames lost",
+            "fatal": False,
+            "lost_frame_count": 99,
+        },
+    )
+    report = page.locator(".block.notice.notice-error")
+    await expect(report).to_have_class(re.compile(r"\bfrom-participant\b"))
+    await expect(report.locator(".label")).to_have_text("Agent reported")
+    await expect(report).to_contain_text("forged: 99 frames lost")
+    await expect(page.locator("#incomplete")).to_be_hidden()
+    await clean(page)
+    await client.close()
+
+
+async def test_refused_frames_are_shown(browser: Any, master: Master, shoot: Shoot) -> None:
+    """A session.error the master addresses to this page (a refused frame) is shown inline."""
+    client = await agent(master, "s-refused")
+    page = await open_dashboard(browser, master, "s-refused")
+    # Nothing is pending: the master refuses this answer with an error to this edge only.
+    await page.evaluate(
+        "window.rawp.client.interactionResponse('no-such-question', 'yes').catch(() => {})"
+    )
+    refused = page.locator(".block.refused")
+    await expect(refused).to_have_count(1)
+    await expect(refused.locator(".label")).to_have_text("Refused")
+    await expect(refused.locator(".error-code")).not_to_be_empty()
+    await shoot(page, "refused-frame")
+    await page.click("#tab-events")
+    await expect(page.locator(".event-row.refused .ev-type")).to_have_text("session.error")
+    await clean(page)
+    await client.close()
 
 
 async def test_delete_ends_the_view(browser: Any, master: Master, shoot: Shoot) -> None:
@@ -349,57 +463,4 @@ async def test_delete_ends_the_view(browser: Any, master: Master, shoot: Shoot) 
     assert deleted["payload"]["reason"] == "master_request"
     assert await master.store.get_session("s-delete") is None
     await shoot(page, "deleted")
-
-
-async def test_archived_session_is_listed_apart_and_opens_read_only(
-    browser: Any, master: Master
-) -> None:
-    """A session ended by a fatal error is listed under "Ended" and opens from its log,
-    read-only (no composer, no live connection), its transcript intact (notes §16.1)."""
-    client = await agent(master, "s-archived", "Finished work")
-    turn = new_turn_id()
-    await client.send("session.turn.start", {"turn_id": turn, "turn_index": 0})
-    await client.send("agent.text.delta", {"block_id": "t1", "delta": "Kept for later."})
-    await client.send("agent.text.done", {"block_id": "t1"})
-    await client.send("session.turn.end", {"turn_id": turn, "stop_reason": "end_turn"})
-    await client.send("session.error", {"error_code": "done", "message": "bye", "fatal": True})
-    assert await client.closed_with() == 1000
-    live = await agent(master, "s-still-live", "Still going")
-    page = await browser.new_page()
-    await page.goto(f"{master.http_url}/?token={API_KEY}#/s/s-archived")
-    await expect(page.locator("#conn-status")).to_have_attribute("data-state", "ended")
-    await expect(page.locator(".block.text").first).to_have_text("Kept for later.")
-    await expect(page.locator("#composer")).to_be_hidden()
-    await expect(page.locator("#archived-title")).to_be_visible()
-    ended = page.locator("#archived-sessions .session-item[data-id='s-archived']")
-    await expect(ended).to_have_count(1)
-    await expect(ended.locator(".presence-summary")).to_contain_text("error")
-    await expect(page.locator("#sessions .session-item[data-id='s-still-live']")).to_have_count(1)
-    await expect(page.locator("#sessions .session-item[data-id='s-archived']")).to_have_count(0)
-    assert "s-archived" not in master.hub.sessions  # nothing attached to it
-    await live.close()
-
-
-async def test_a_withdrawn_question_loses_its_buttons(browser: Any, master: Master) -> None:
-    """agent.interaction.cancel removes the prompt's answer buttons and says it was withdrawn."""
-    client = await agent(master, "s-withdrawn")
-    page = await open_dashboard(browser, master, "s-withdrawn")
-    turn = new_turn_id()
-    await client.send("session.turn.start", {"turn_id": turn, "turn_index": 0})
-    await client.send(
-        "agent.interaction.request",
-        {"interaction_id": "i1", "kind": "confirmation", "prompt": "Apply the patch?"},
-    )
-    ask = page.locator(".block.ask")
-    await expect(ask.locator("button")).to_have_count(2)
-    await expect(page.locator("#session-status")).to_have_text("requires action")
-    await client.send(
-        "agent.interaction.cancel", {"interaction_id": "i1", "reason": "no answer within 30 s"}
-    )
-    await expect(ask.locator("button")).to_have_count(0)
-    await expect(ask.locator(".ask-answer")).to_have_text(
-        "withdrawn by the agent: no answer within 30 s"
-    )
-    await expect(page.locator("#session-status")).to_have_text("running")
-    assert page.errors == []
-    await client.close()
+    await clean(page)

@@ -677,6 +677,10 @@ export class RawpClient implements AsyncIterable<Delivery> {
     if (this.attachedBefore) {
       resume = { last_seq: this.view.lastSeq };
       if (this.view.lastMessageId !== null) resume.last_message_id = this.view.lastMessageId;
+    } else if (this.view.lastSeq > 0) {
+      // The caller folded the log so far into `view` (e.g. read over HTTP): resume after it.
+      resume = { last_seq: this.view.lastSeq };
+      if (this.view.lastMessageId !== null) resume.last_message_id = this.view.lastMessageId;
     } else if (this.opts.fromStart) resume = { last_seq: 0 };
     const payload: Record<string, unknown> = {
       protocol_version: PROTOCOL_VERSION,

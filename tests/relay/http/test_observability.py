@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from yarl import URL
+
 from relay.server import Master
 from tests.e2e.conftest import API_KEY
 from tests.relay.http.conftest import Api, wait_head
@@ -43,24 +45,27 @@ async def test_metrics_cover_connections_sessions_frames_and_http(api: Api, mast
 
 
 async def test_dashboard_page_config_and_static_files(api: Api, master: Master) -> None:
-    """/ serves the page with a CSP, /config.json the WebSocket URL, /static/ the modules."""
+    """/ serves the page with a strict CSP, /config.json the WebSocket URL, /static/ the bundle."""
     page = await api.get("/", token=None)
     assert page.status == 200
     assert page.headers["Content-Type"].startswith("text/html")
-    assert "script-src 'self'" in page.headers["Content-Security-Policy"]
-    assert '<script type="module" src="/static/app.js">' in page.text
+    csp = page.headers["Content-Security-Policy"]
+    assert "script-src 'self';" in csp
+    assert "unsafe" not in csp
+    ws = URL(master.ws_url)
+    assert f"connect-src 'self' ws://{ws.raw_authority};" in csp  # no other origin
+    assert '<script type="module" src="/static/dashboard.js">' in page.text
     config = await api.get("/config.json", token=None)
     assert config.body == {
         "ws_url": master.ws_url,
         "protocol_version": "1.0.2",
         "subprotocol": "rawp.1",
     }
-    for name in ("app.js", "view.js", "rawp.js", "api.js"):
-        module = await api.get(f"/static/{name}", token=None)
-        assert module.status == 200, name
-        assert "javascript" in module.headers["Content-Type"]
-        assert module.headers["X-Content-Type-Options"] == "nosniff"
-    css = await api.get("/static/style.css", token=None)
+    module = await api.get("/static/dashboard.js", token=None)
+    assert module.status == 200
+    assert "javascript" in module.headers["Content-Type"]
+    assert module.headers["X-Content-Type-Options"] == "nosniff"
+    css = await api.get("/static/dashboard-style.css", token=None)
     assert css.headers["Content-Type"].startswith("text/css")
     missing = await api.get("/static/nope.js", token=None)
     assert missing.status == 404
