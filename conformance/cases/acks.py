@@ -110,7 +110,9 @@ async def ack_increasing(ctx: Context) -> None:
     last = await client.send("agent.state", {"state": "idle"})
     await client.recv_ack(last["message_id"], what="connection.ack of the third frame")
     before = len(client.acks)
-    refused = await client.send("session.turn.end", {"turn_id": new_id(), "stop_reason": "end_turn"})
+    refused = await client.send(
+        "session.turn.end", {"turn_id": new_id(), "stop_reason": "end_turn"}
+    )
     await client.send_frame(last)  # the same message_id again: nothing new (notes §7)
     after = await client.send("agent.state", {"state": "idle"})
     frames = await client.recv_ack(after["message_id"], what="connection.ack of the next frame")

@@ -9,7 +9,8 @@ deletion — `DELETE /v1/session/{id}` (`master_request`) or a participant's del
 archived session purges it (200)."
 
 Both cases judge the ``archived-sessions`` feature itself (``checks``): a master that purges
-every ended session fails them and nothing else.
+every ended session fails them and nothing else. They read the session back with
+``GET /v1/sessions/{id}``, so they need ``rest-sessions``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ async def end_by_client_error(ctx: Context) -> tuple[Peer, dict[str, object]]:
     description="a session ended by the client's fatal error is terminated, readable, hellos 4410",
     kill="purge a session ended by a fatal session.error, as a deletion does",
     checks="archived-sessions",
+    needs=("rest-sessions",),
 )
 async def archived_readable(ctx: Context) -> None:
     _, frame = await end_by_client_error(ctx)
@@ -75,6 +77,7 @@ async def archived_readable(ctx: Context) -> None:
     description="DELETE of an archived session answers 200 and purges it (GET answers 404)",
     kill="answer DELETE of an archived session with 404 and keep it",
     checks="archived-sessions",
+    needs=("rest-sessions",),
 )
 async def archived_delete(ctx: Context) -> None:
     await end_by_client_error(ctx)

@@ -176,7 +176,7 @@ async def _close_code(peer: Peer, *, what: str) -> int | None:
     id="notes-16.9/revoked-token-closes-4401",
     level="MUST",
     description="revoking a session token closes the WebSocket attached with it with 4401",
-    kill="check a credential only at hello, never while its WebSocket is open",
+    kill="close a revoked token's WebSocket with 1008 instead of 4401",
     needs=("session-tokens",),
 )
 async def revoked_token(ctx: Context) -> None:
@@ -248,8 +248,8 @@ async def malformed_problem(ctx: Context) -> None:
     base = ctx.target.http_url.rstrip("/")
     auth = {"Authorization": f"Bearer {ctx.target.api_key}"}
     for method, path, data in (
-        ("GET", "/v1/sessions/bad%0Aid", None),
-        ("GET", "/v1/sessions/" + "s" * 129, None),
+        ("DELETE", "/v1/session/bad%0Aid", None),
+        ("DELETE", "/v1/session/" + "s" * 129, None),
         ("POST", "/v1/sessions", b"{not json"),
     ):
         ctx.transcript.add("http", "http", f"→ {method} {path} {data!r}")
