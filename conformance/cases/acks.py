@@ -57,7 +57,11 @@ async def ack_committed(ctx: Context) -> None:
         observer = edge if peer is client else client
         delivered = (await observer.recv_id(mid, what=f"{peer.label}'s frame")).frame
         await peer.recv_ack(mid, what=f"connection.ack of {peer.label}'s frame")
-        (ack,) = [a for a in peer.acks if _ack(a)[1] == mid]
+        naming = [a for a in peer.acks if _ack(a)[1] == mid]
+        expect(
+            len(naming) == 1, f"{peer.label}: {len(naming)} acks name one frame: {_acks_of(peer)}"
+        )
+        ack = naming[0]
         seq, _ = _ack(ack)
         expect(
             seq == delivered.get("seq"),
@@ -233,7 +237,7 @@ async def cancel_status(ctx: Context) -> None:
     id="notes-16.4/cancelled-then-refused",
     level="MUST",
     description="after a cancel, a response to it or a second cancel gets interaction_state",
-    kill="keep a withdrawn interaction pending",
+    kill="accept control.interaction.response to a withdrawn interaction",
 )
 async def cancelled_then_refused(ctx: Context) -> None:
     client, edge, (iid,) = await _asking(ctx, 1)

@@ -42,7 +42,7 @@ async def end_by_client_error(ctx: Context) -> tuple[Peer, dict[str, object]]:
     id="notes-16.1/archived-readable",
     level="MUST",
     description="a session ended by the client's fatal error is terminated, readable, hellos 4410",
-    kill="purge a session ended by a fatal session.error, as a deletion does",
+    kill="close hellos for an archived session with 4404 instead of 4410",
     checks="archived-sessions",
     needs=("rest-sessions",),
 )

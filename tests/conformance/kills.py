@@ -1038,9 +1038,15 @@ def _cancel_withdraws_all(mp: pytest.MonkeyPatch) -> None:
 
 
 @kill("notes-16.4/cancelled-then-refused")
-def _cancel_keeps_pending(mp: pytest.MonkeyPatch) -> None:
-    cancel = protocol.state.TABLE[Phase.TURN_OPEN, "agent.interaction.cancel"]
-    _rule(mp, "agent.interaction.cancel", Rule(cancel.check, _nothing))
+def _answer_withdrawn(mp: pytest.MonkeyPatch) -> None:
+    def check(state: Any, frame: Any, role: Any) -> None:
+        if frame.payload.interaction_id not in state.interaction_ids:  # withdrawn ones pass
+            raise protocol.errors.InteractionStateError("never requested")
+
+    def apply(state: Any, frame: Any, role: Any) -> None:
+        state.pending_interactions.pop(frame.payload.interaction_id, None)
+
+    _rule(mp, "control.interaction.response", Rule(check, apply))
 
 
 @kill("notes-16.4/cancel-from-edge")
@@ -1142,8 +1148,20 @@ def _server_version(mp: pytest.MonkeyPatch) -> None:
 
 
 @kill("notes-16.1/archived-readable")
-def _purge_on_error(mp: pytest.MonkeyPatch) -> None:
-    SWITCHES["archived-sessions"](mp)
+def _archived_4404(mp: pytest.MonkeyPatch) -> None:
+    def make(orig: Any) -> Any:
+        async def attach(self: Any, connection: Any, hello: Any, principal: Any) -> Any:
+            try:
+                return await orig(self, connection, hello, principal)
+            except protocol.errors.SessionGone:
+                header = await self.store.get_session(hello.session_id)
+                if header is not None and header.archived:
+                    raise protocol.errors.NoSuchSession("no such session") from None
+                raise
+
+        return attach
+
+    _wrap(mp, relay.hub.Hub, "attach", make)
 
 
 @kill("notes-16.1/archived-delete-purges")
