@@ -163,6 +163,11 @@ RENAME_OVER_HTTP = feature(
     description="PATCH /v1/sessions/{id} makes the master rename the session",
     spec="rawp-notes §10",
 )
+ARCHIVED_SESSIONS = feature(
+    "archived-sessions",
+    description="a session ended by a fatal error stays readable over HTTP as terminated",
+    spec="rawp-notes §16.1",
+)
 
 CASES: Final[dict[str, Case]] = {}
 """Every registered case by id, in registration order."""

@@ -3,7 +3,7 @@
 ::
 
     rawp conformance --ws-url ws://HOST:PORT/v1/ws --http-url http://HOST:PORT --api-key KEY
-                     [--json FILE] [--junit FILE] [--html FILE]
+                     [--other-workspace-key KEY] [--json FILE] [--junit FILE] [--html FILE]
                      [--only PATTERN]... [--skip PATTERN]...
                      [--expected-failures FILE] [--timeout SECONDS] [--hello-timeout SECONDS]
                      [--list]
@@ -56,6 +56,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--ws-url", help="the master's WebSocket endpoint, e.g. ws://127.0.0.1:8765/v1/ws")
     a("--http-url", help="the master's HTTP base URL, e.g. http://127.0.0.1:8766")
     a("--api-key", default=None, help="an API key of the master (env RAWP_API_KEY)")
+    a(
+        "--other-workspace-key",
+        default=None,
+        metavar="KEY",
+        help="an API key of another workspace of the master (env RAWP_OTHER_WORKSPACE_KEY); "
+        "without it the cross-workspace case is skipped",
+    )
     a("--json", metavar="FILE", help="write the JSON report to FILE")
     a("--junit", metavar="FILE", help="write a JUnit XML report to FILE")
     a(
@@ -155,6 +162,7 @@ async def main_async(
         http_url=args.http_url,
         api_key=api_key,
         hello_timeout_s=args.hello_timeout,
+        other_api_key=args.other_workspace_key or os.environ.get("RAWP_OTHER_WORKSPACE_KEY"),
     )
     problem = await _reachable(target.ws_url)
     if problem:

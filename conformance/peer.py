@@ -25,7 +25,7 @@ from websockets.typing import Subprotocol
 
 from .case import CaseFailed
 from .transcript import Transcript
-from .wire import PRESENCE, PROTOCOL_VERSION, SUBPROTOCOL, envelope
+from .wire import PRESENCE, PROTOCOL_VERSION, SUBPROTOCOL, envelope, is_master_ack
 
 __all__ = ["HandshakeRefused", "Peer", "Received", "describe"]
 
@@ -81,6 +81,11 @@ def describe(frame: dict[str, Any]) -> str:
     return f"{kind}({', '.join(bits)})" if bits else str(kind)
 
 
+def _acked(ack: dict[str, Any]) -> object:
+    payload = ack.get("payload")
+    return payload.get("last_message_id") if isinstance(payload, dict) else None
+
+
 class Peer:
     """One WebSocket connection to the master, speaking RAWP as plain JSON."""
 
@@ -100,6 +105,14 @@ class Peer:
         self.role = ""
         self.welcome: dict[str, Any] = {}
         self.log: list[Received] = []
+        self.acks: list[dict[str, Any]] = []
+        """The master's ``connection.ack`` frames to this peer (notes §16.3), in arrival order.
+
+        They are set aside as they arrive and never returned by :meth:`recv`, :meth:`quiet` or
+        :meth:`expect_close`: a master acknowledges whenever it committed something of the
+        peer's, so no case that reads "every frame" may trip over them. The ack cases read
+        them here (``acks_seen`` counts how many arrived before a frame was read).
+        """
 
     # --- connecting ----------------------------------------------------------------------
 
@@ -226,7 +239,24 @@ class Peer:
         return max(0.0, left if timeout is None else min(timeout, left))
 
     async def recv_raw(self, *, what: str = "a frame", timeout: float | None = None) -> Received:
-        """The next message; fails the case when the deadline passes or the socket closes."""
+        """The next message that is not a master's ``connection.ack`` (those go to :attr:`acks`).
+
+        Fails the case when the deadline passes or the socket closes.
+        """
+        while True:
+            received = await self._recv_any(what=what, timeout=timeout)
+            if not self._set_aside(received.frame):
+                self.log.append(received)
+                return received
+
+    def _set_aside(self, frame: dict[str, Any]) -> bool:
+        """Keep a master's ``connection.ack`` in :attr:`acks`; True when ``frame`` was one."""
+        if is_master_ack(frame):
+            self.acks.append(frame)
+            return True
+        return False
+
+    async def _recv_any(self, *, what: str, timeout: float | None) -> Received:
         wait = self._timeout(timeout)
         try:
             message = await asyncio.wait_for(self.ws.recv(), wait)
@@ -249,9 +279,7 @@ class Peer:
             raise CaseFailed(f"{self.label}: the master sent text that is not JSON") from None
         if not isinstance(frame, dict):
             raise CaseFailed(f"{self.label}: the master sent JSON that is not an object")
-        received = Received(frame, message)
-        self.log.append(received)
-        return received
+        return Received(frame, message)
 
     async def recv(self, *, what: str = "a frame", timeout: float | None = None) -> dict[str, Any]:
         """The next frame."""
@@ -265,6 +293,19 @@ class Peer:
             frame = await self.recv(what=what)
             if frame.get("type") not in ignore:
                 return frame
+
+    async def recv_ack(self, message_id: str, *, what: str) -> list[dict[str, Any]]:
+        """Read until a master's ``connection.ack`` names ``message_id`` (notes §16.3).
+
+        Returns the other frames read on the way; the acks are in :attr:`acks`.
+        """
+        frames: list[dict[str, Any]] = []
+        while not any(_acked(a) == message_id for a in self.acks):
+            received = await self._recv_any(what=what, timeout=None)
+            if not self._set_aside(received.frame):
+                self.log.append(received)
+                frames.append(received.frame)
+        return frames
 
     async def recv_until(
         self, predicate: Callable[[dict[str, Any]], bool], *, what: str
@@ -319,7 +360,7 @@ class Peer:
                     frame = json.loads(message)
                 except ValueError:
                     continue
-                if isinstance(frame, dict):
+                if isinstance(frame, dict) and not self._set_aside(frame):
                     self.log.append(Received(frame, message))
                     frames.append(frame)
 
@@ -344,7 +385,7 @@ class Peer:
                     frame = json.loads(message)
                 except ValueError:
                     continue
-                if isinstance(frame, dict):
+                if isinstance(frame, dict) and not self._set_aside(frame):
                     self.log.append(Received(frame, message))
                     frames.append(frame)
 

@@ -103,3 +103,19 @@ async def rename_over_http(ctx: Context) -> None:
         "PATCH", f"/v1/sessions/{ctx.session_id}", body={"name": _PROBE_NAME}
     )
     expect(200 <= status < 300, f"PATCH /v1/sessions/{{id}} answered HTTP {status}")
+
+
+@probe("archived-sessions")
+async def archived_sessions(ctx: Context) -> None:
+    """A session its client ends with a fatal ``session.error`` reads back as terminated."""
+    client = await ctx.client()
+    await client.send(
+        "session.error", {"error_code": "x_probe_done", "message": "probe", "fatal": True}
+    )
+    await client.expect_close(what="the end of the session after the fatal error")
+    status, body = await ctx.http("GET", f"/v1/sessions/{ctx.session_id}")
+    expect(status == 200, f"GET /v1/sessions/{{id}} of an ended session answered HTTP {status}")
+    expect(
+        isinstance(body, dict) and body.get("status") == "terminated",
+        "GET /v1/sessions/{id} of an ended session does not say terminated",
+    )

@@ -69,13 +69,16 @@ class Target:
     """The master under test.
 
     ``hello_timeout_s`` is the master's handshake timeout (notes §5: 10 s unless configured);
-    the welcome does not carry it, so the operator says it.
+    the welcome does not carry it, so the operator says it. ``other_api_key`` belongs to a
+    second workspace; without it the cross-workspace case SKIPs, naming that prerequisite.
     """
 
     ws_url: str
     http_url: str
     api_key: str
     hello_timeout_s: float = 10.0
+    other_api_key: str | None = None
+    """An API key of another workspace of the same master (rawp-notes §11, §13), if given."""
 
 
 @dataclass

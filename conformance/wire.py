@@ -16,6 +16,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "SUBPROTOCOL",
     "envelope",
+    "is_master_ack",
     "is_synthetic",
     "new_id",
     "now_iso",
@@ -78,3 +79,15 @@ def sender_role(frame: dict[str, Any]) -> str | None:
         role = sender.get("role")
         return role if isinstance(role, str) else None
     return None
+
+
+ACK: Final = "connection.ack"
+
+
+def is_master_ack(frame: dict[str, Any]) -> bool:
+    """A ``connection.ack`` the master sent (notes §16.3: what it committed of the peer's).
+
+    Participants send ``connection.ack`` too (what they received); the master never relays
+    those, so a delivered ack is the master's unless its stamp names another role.
+    """
+    return frame.get("type") == ACK and sender_role(frame) in (None, "master")

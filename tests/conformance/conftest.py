@@ -12,6 +12,7 @@ from relay.config import Settings
 from relay.server import Master
 
 API_KEY = "rk_conformance_test_key"
+OTHER_WORKSPACE_KEY = "rk_conformance_other_workspace"
 REATTACH_WINDOW_S = 0.5
 HELLO_TIMEOUT_S = 0.5
 
@@ -22,7 +23,7 @@ def conformance_settings(**changes: Any) -> Settings:
         "host": "127.0.0.1",
         "ws_port": 0,
         "http_port": 0,
-        "api_keys": (f"default:{API_KEY}",),
+        "api_keys": (f"default:{API_KEY}", f"other:{OTHER_WORKSPACE_KEY}"),
         "reattach_window_s": REATTACH_WINDOW_S,
         "hello_timeout_s": HELLO_TIMEOUT_S,
         "shutdown_timeout_s": 2.0,
@@ -39,6 +40,7 @@ def target_of(master: Master) -> Target:
         http_url=master.http_url,
         api_key=API_KEY,
         hello_timeout_s=HELLO_TIMEOUT_S,
+        other_api_key=OTHER_WORKSPACE_KEY,
     )
 
 

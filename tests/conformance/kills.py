@@ -14,15 +14,21 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp.web_protocol
 import msgspec
 import pytest
 
+import protocol.acts
 import protocol.codec
 import protocol.errors
 import protocol.state
 import relay.auth
+import relay.http.app
+import relay.http.auth_routes
+import relay.http.hardening
 import relay.http.sessions
 import relay.hub
+import relay.revocation
 import relay.server
 import relay.session
 import relay.store.memory
@@ -38,20 +44,23 @@ from protocol.errors import (
 )
 from protocol.finalize import finalize
 from protocol.frames import (
+    AckPayload,
     AgentState,
     BufferGrant,
     BufferStatus,
     Deleted,
     Frame,
     GenericFrame,
+    Metadata,
     Policy,
+    Sender,
     SessionError,
     TextDone,
     ToolResult,
     TurnEnd,
 )
 from protocol.state import Phase, Rule
-from relay.session import Session
+from relay.session import Participant, Session
 from relay.store.base import LogEntry, ParticipantRecord
 from tests.conformance.switches import SWITCHES
 
@@ -956,3 +965,215 @@ def _tokens_route_404(mp: pytest.MonkeyPatch) -> None:
 @kill("notes-10/rename-over-http")
 def _rename_route_405(mp: pytest.MonkeyPatch) -> None:
     SWITCHES["rename-over-http"](mp)
+
+
+# --- producer acks, withdrawn questions (notes §16.3, §16.4) ----------------------------------
+
+
+@kill("notes-16.3/ack-committed")
+def _ack_one_seq_late(mp: pytest.MonkeyPatch) -> None:
+    def ack_payload(*, last_seq: int, last_message_id: str) -> AckPayload:
+        return AckPayload(last_seq=last_seq + 1, last_message_id=last_message_id)
+
+    mp.setattr(relay.session, "AckPayload", ack_payload)
+
+
+@kill("notes-16.3/ack-sender-only")
+def _ack_everyone(mp: pytest.MonkeyPatch) -> None:
+    def make(orig: Any) -> Any:
+        def send_ack(self: Participant, entry: LogEntry) -> None:
+            for participant in list(self.session.participants.values()):
+                orig(participant, entry)
+
+        return send_ack
+
+    _wrap(mp, Participant, "send_ack", make)
+
+
+@kill("notes-16.3/ack-increasing")
+def _ack_twice(mp: pytest.MonkeyPatch) -> None:
+    def make(orig: Any) -> Any:
+        def send_ack(self: Participant, entry: LogEntry) -> None:
+            orig(self, entry)
+            orig(self, entry)
+
+        return send_ack
+
+    _wrap(mp, Participant, "send_ack", make)
+
+
+@kill("notes-16.3/refusal-ref-message-id")
+def _refusals_unnamed(mp: pytest.MonkeyPatch) -> None:
+    def make(orig: Any) -> Any:
+        def send_error(self: Participant, error: Any, **kwargs: Any) -> None:
+            kwargs.pop("ref_message_id", None)
+            orig(self, error, **kwargs)
+
+        return send_error
+
+    _wrap(mp, Participant, "send_error", make)
+
+
+@kill("notes-16.3/warning-no-ref-message-id")
+def _warning_named(mp: pytest.MonkeyPatch) -> None:
+    def make(orig: Any) -> Any:
+        def send_error(self: Participant, error: Any, **kwargs: Any) -> None:
+            if isinstance(error, UsageMissing):
+                kwargs["ref_message_id"] = str(uuid.uuid4())
+            orig(self, error, **kwargs)
+
+        return send_error
+
+    _wrap(mp, Participant, "send_error", make)
+
+
+@kill("notes-16.4/cancel-leaves-requires-action")
+def _cancel_withdraws_all(mp: pytest.MonkeyPatch) -> None:
+    cancel = protocol.state.TABLE[Phase.TURN_OPEN, "agent.interaction.cancel"]
+
+    def apply(state: Any, frame: Any, role: Any) -> None:
+        state.pending_interactions.clear()
+
+    _rule(mp, "agent.interaction.cancel", Rule(cancel.check, apply))
+
+
+@kill("notes-16.4/cancelled-then-refused")
+def _answer_withdrawn(mp: pytest.MonkeyPatch) -> None:
+    def check(state: Any, frame: Any, role: Any) -> None:
+        if frame.payload.interaction_id not in state.interaction_ids:  # withdrawn ones pass
+            raise protocol.errors.InteractionStateError("never requested")
+
+    def apply(state: Any, frame: Any, role: Any) -> None:
+        state.pending_interactions.pop(frame.payload.interaction_id, None)
+
+    _rule(mp, "control.interaction.response", Rule(check, apply))
+
+
+@kill("notes-16.4/cancel-from-edge")
+def _edges_cancel(mp: pytest.MonkeyPatch) -> None:
+    may_send = protocol.state._MAY_SEND
+    mp.setitem(may_send, "edge", may_send["edge"] | {"agent.interaction.cancel"})
+
+
+# --- who may end a session, names, credentials, the HTTP port (notes §10, §11, §16.6–9) -------
+
+
+@kill("notes-16.6/edge-fatal-error-not-allowed")
+def _edge_fatal_any(mp: pytest.MonkeyPatch) -> None:
+    mp.setitem(protocol.acts.TABLE, ("end_with_fatal_error", "edge"), protocol.acts.Need.ANY)
+
+
+@kill("notes-16.6/delete-request-not-allowed")
+def _edge_delete_any(mp: pytest.MonkeyPatch) -> None:
+    mp.setitem(protocol.acts.TABLE, ("request_deletion", "edge"), protocol.acts.Need.ANY)
+
+
+class _LaxGeneric(msgspec.Struct, kw_only=True):
+    """GenericFrame's fields without the name grammar."""
+
+    type: str
+    message_id: str
+    session_id: str
+    timestamp: str
+    payload: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b"{}"))
+    seq: int | None = None
+    sender: Sender | None = None
+    metadata: Metadata | None = None
+
+
+@kill("notes-16.7/type-grammar")
+def _any_ignorable_type(mp: pytest.MonkeyPatch) -> None:
+    lax = msgspec.json.Decoder(_LaxGeneric)
+
+    class Decoder:
+        def decode(self, data: bytes | str) -> GenericFrame:
+            got = lax.decode(data)
+            return GenericFrame(**{f: getattr(got, f) for f in _LaxGeneric.__struct_fields__})
+
+    mp.setattr(protocol.codec, "_generic_decoder", Decoder())
+
+
+@kill("notes-16.7/session-id-grammar")
+def _any_session_id(mp: pytest.MonkeyPatch) -> None:
+    # An ungrammatical id read as an unknown session (4404) instead of a malformed hello.
+    def malformed(message: str) -> protocol.errors.HandshakeError:
+        if "session_id" in message:
+            return protocol.errors.NoSuchSession(message)
+        return protocol.errors.MalformedHello(message)
+
+    mp.setattr(relay.ws, "MalformedHello", malformed)
+
+
+@kill("notes-11/other-workspace-absent")
+def _other_workspace_4403(mp: pytest.MonkeyPatch) -> None:
+    def make(orig: Any) -> Any:
+        async def attach(self: Any, connection: Any, hello: Any, principal: Any) -> Any:
+            try:
+                return await orig(self, connection, hello, principal)
+            except protocol.errors.NoSuchSession:
+                if await self.store.get_session(hello.session_id) is not None:
+                    raise protocol.errors.Forbidden("another workspace's session") from None
+                raise
+
+        return attach
+
+    _wrap(mp, relay.hub.Hub, "attach", make)
+
+
+@kill("notes-16.9/revoked-token-closes-4401")
+def _revoked_1008(mp: pytest.MonkeyPatch) -> None:
+    # Both ways a revocation ends a socket: the route at once, the watch at its next round.
+    mp.setattr(relay.http.auth_routes, "_REVOKED", 1008)
+    mp.setattr(relay.revocation, "CLOSE_INVALID_CREDENTIAL", 1008)
+
+
+@kill("notes-10/malformed-requests-problem-json")
+def _parser_text_plain(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(
+        relay.http.hardening.ProblemRequestHandler,
+        "handle_error",
+        aiohttp.web_protocol.RequestHandler.handle_error,
+    )
+
+
+@kill("notes-10/server-header-no-version")
+def _server_version(mp: pytest.MonkeyPatch) -> None:
+    async def keep_banner(request: Any, response: Any) -> None:
+        return None
+
+    mp.setattr(relay.http.app, "hide_server_version", keep_banner)
+
+
+# --- archived sessions (notes §16.1) ----------------------------------------------------------
+
+
+@kill("notes-16.1/archived-readable")
+def _archived_4404(mp: pytest.MonkeyPatch) -> None:
+    def make(orig: Any) -> Any:
+        async def attach(self: Any, connection: Any, hello: Any, principal: Any) -> Any:
+            try:
+                return await orig(self, connection, hello, principal)
+            except protocol.errors.SessionGone:
+                header = await self.store.get_session(hello.session_id)
+                if header is not None and header.archived:
+                    raise protocol.errors.NoSuchSession("no such session") from None
+                raise
+
+        return attach
+
+    _wrap(mp, relay.hub.Hub, "attach", make)
+
+
+@kill("notes-16.1/archived-delete-purges")
+def _archived_undeletable(mp: pytest.MonkeyPatch) -> None:
+    def make(orig: Any) -> Any:
+        async def delete_session(request: Any) -> Any:
+            hub = request.app[relay.http.app.HUB]
+            header = await hub.store.get_session(request.match_info["session_id"])
+            if header is not None and header.archived:
+                return relay.http.app.problem(404, "no such session", code="not_found")
+            return await orig(request)
+
+        return delete_session
+
+    _wrap(mp, relay.http.app, "delete_session", make)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+import relay.archive
 import relay.http.routes
 import relay.session
 from protocol.frames import Frame, Presence
@@ -46,10 +47,16 @@ def _route_answers(mp: pytest.MonkeyPatch, name: str, error: type[web.HTTPExcept
     mp.setattr(relay.http.routes, name, refuse)
 
 
+def _no_archive(mp: pytest.MonkeyPatch) -> None:
+    """Every ended session is purged, as a deletion is: nothing is archived (notes §16.1)."""
+    mp.setattr(relay.archive, "ARCHIVING_REASONS", frozenset())
+
+
 SWITCHES: dict[str, Switch] = {
     "presence": _no_presence,
     "rest-sessions": lambda mp: _route_answers(mp, "get_session", web.HTTPNotFound),
     "session-tokens": lambda mp: _route_answers(mp, "create_token", web.HTTPNotFound),
     "rename-over-http": lambda mp: _route_answers(mp, "rename_session", web.HTTPMethodNotAllowed),
+    "archived-sessions": _no_archive,
 }
 """Feature name → the switch that takes it away from our master."""

@@ -8,9 +8,33 @@ the same verdict in every run — PASS, against our master. ``make bench`` runs 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+
 import pytest
 
-from bench.conformance_determinism import run_suite_with_delays
+import bench.conformance_determinism as determinism
+from conformance.runner import Target
+from relay.config import Settings
+from tests.conformance.conftest import OTHER_WORKSPACE_KEY
+
+
+def run_suite_with_delays(seed: int) -> dict[str, str]:
+    """The bench's run, its master given a second workspace (notes-11/other-workspace-absent)."""
+    settings = determinism._settings
+
+    def with_other() -> Settings:
+        base = settings()
+        keys = (*base.api_keys, f"other:{OTHER_WORKSPACE_KEY}")
+        return dataclasses.replace(base, api_keys=keys)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(determinism, "_settings", with_other)
+        mp.setattr(
+            determinism, "Target", functools.partial(Target, other_api_key=OTHER_WORKSPACE_KEY)
+        )
+        return determinism.run_suite_with_delays(seed)
+
 
 SEEDS = (101, 202, 303)
 
