@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 from protocol import codec
 from protocol.state import status
 
-from .problems import problem
+from .problems import problem, problem_for_http_error
 
 if TYPE_CHECKING:
     from ..hub import Hub
@@ -129,7 +129,7 @@ async def api_middleware(request: web.Request, handler: Any) -> web.StreamRespon
         # only for the routes it wraps, so answer it here the same way.
         if exc.status < 400:
             raise
-        response = problem(exc.status, exc.reason)
+        response = problem_for_http_error(request, exc)
     _observe(request, response, time.perf_counter() - started)
     return response
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from aiohttp import web
@@ -9,7 +10,7 @@ from aiohttp import web
 from protocol import codec
 from protocol.errors import BadCredential, Forbidden, RawpError
 
-__all__ = ["problem", "problem_from_error", "problem_middleware"]
+__all__ = ["problem", "problem_for_http_error", "problem_from_error", "problem_middleware"]
 
 _STATUS_TITLES = {
     400: "Bad Request",
@@ -26,6 +27,31 @@ _STATUS_TITLES = {
     500: "Internal Server Error",
     503: "Service Unavailable",
 }
+
+
+# The machine-readable ``code`` of aiohttp's own refusals (router, parser), so every error
+# body has one (docs/http-api.md).
+_STATUS_CODES = {
+    400: "bad_request",
+    404: "not_found",
+    405: "method_not_allowed",
+    408: "timeout",
+    413: "too_large",
+}
+# A path whose session segment holds a character aiohttp's router never matches (``{``,
+# ``}``): the route exists, the id is outside the grammar (notes §16.7).
+_SESSION_PATH = re.compile(r"/v1/sessions?/[^/]*[{}]")
+
+
+def problem_for_http_error(request: web.Request, exc: web.HTTPException) -> web.Response:
+    """aiohttp's own HTTP error (the router's 404/405, the parser's 400…) as problem+json."""
+    if exc.status == 404 and _SESSION_PATH.match(request.path):
+        return problem(
+            400,
+            "a session id is 1–128 characters of A-Z a-z 0-9 . _ : - (notes §16.7)",
+            code="invalid_session_id",
+        )
+    return problem(exc.status, exc.reason, code=_STATUS_CODES.get(exc.status))
 
 
 def problem(status: int, detail: str, *, code: str | None = None, **extra: Any) -> web.Response:
@@ -66,4 +92,4 @@ async def problem_middleware(request: web.Request, handler: Any) -> web.StreamRe
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return problem(exc.status, exc.reason)
+        return problem_for_http_error(request, exc)

@@ -353,3 +353,26 @@ async def test_a_body_over_the_size_limit_is_a_413_problem(api: Api) -> None:
     reply = await api.post("/v1/sessions", data=b"[" + b"1," * (1 << 20) + b"1]")
     assert reply.status == 413
     assert reply.problem["status"] == 413
+
+
+async def test_the_routers_own_errors_carry_a_code(api: Api) -> None:
+    """An unknown route is 404 problem+json with code not_found; a wrong method 405 with
+    code method_not_allowed (every error body has a machine-readable code)."""
+    missing = await api.get("/v1/nothing-here")
+    assert missing.status == 404
+    assert missing.headers["Content-Type"].startswith("application/problem+json")
+    assert missing.body["code"] == "not_found"
+    wrong = await api.call("PUT", "/v1/sessions")
+    assert wrong.status == 405
+    assert wrong.body["code"] == "method_not_allowed"
+
+
+@pytest.mark.parametrize("path", ["/v1/sessions/bad%7Bid%7D", "/v1/sessions/a%7D/events"])
+async def test_a_session_id_the_router_cannot_match_is_invalid_not_absent(
+    api: Api, path: str
+) -> None:
+    """A path session id with { or } is 400 invalid_session_id like any id outside the
+    grammar (notes §16.7), not the router's 404."""
+    reply = await api.get(path)
+    assert reply.status == 400
+    assert reply.body["code"] == "invalid_session_id"
