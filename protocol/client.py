@@ -86,6 +86,7 @@ from .buffers import BoundedBuffer, BufferedItem, buffer_status
 from .errors import (
     BadCredential,
     ClientAttached,
+    CloseCode,
     DirectionError,
     Forbidden,
     HandshakeError,
@@ -190,7 +191,7 @@ DEFAULT_BUFFER: Final = BufferRequest(policy="RING", capacity_bytes=256 * 1024)
 """The buffer asked for when none is given: RING over 256 KiB (fits in one 1 MiB frame)."""
 
 _SNAPSHOT_FORMAT: Final = 1
-_NORMAL_END: Final = 1000
+_NORMAL_END: Final = CloseCode.NORMAL
 _REFUSALS: Final[dict[int, type[HandshakeError]]] = {
     cls.close_code: cls
     for cls in (

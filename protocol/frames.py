@@ -71,6 +71,7 @@ __all__ = [
     "Resume",
     "Role",
     "Sender",
+    "SenderRole",
     "SessionError",
     "SessionErrorPayload",
     "SessionInfo",
@@ -154,6 +155,7 @@ JsonObject = dict[str, Any]
 
 Role = Literal["client", "edge"]
 SenderRole = Literal["client", "edge", "master"]
+"""Who sent a frame: the one definition (``protocol.state`` names it too)."""
 Policy = Literal["RING", "DROP", "NONE"]
 
 

@@ -46,6 +46,7 @@ from .frames import (
     Frame,
     GenericFrame,
     MasterFrame,
+    SenderRole,
 )
 
 __all__ = [
@@ -64,7 +65,6 @@ __all__ = [
     "status",
 ]
 
-SenderRole: TypeAlias = Literal["client", "edge", "master"]
 Status: TypeAlias = Literal["idle", "running", "requires_action", "terminated"]
 
 

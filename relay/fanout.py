@@ -27,9 +27,11 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
 
+from protocol.errors import CloseCode
+
 __all__ = ["SLOW_CONSUMER", "Outbox", "Sink"]
 
-SLOW_CONSUMER: Final = 4429
+SLOW_CONSUMER: Final = CloseCode.SLOW_CONSUMER
 
 _CHUNK: Final = 64 * 1024  # bytes framed into one transport write
 _SMALL_HEADERS: Final = tuple(bytes((0x81, n)) for n in range(126))  # FIN + text, no mask
