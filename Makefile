@@ -27,6 +27,7 @@ test: lint typecheck dashboard-check pytest sdk-test
 lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 typecheck: setup
 	$(BIN)/mypy

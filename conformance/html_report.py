@@ -10,18 +10,61 @@ master sent, hostile strings included.
 
 from __future__ import annotations
 
+import datetime as dt
 import html
 import re
-from typing import TYPE_CHECKING, Final
+from collections.abc import Iterable
+from typing import Final, Protocol
 
-from .runner import STATUSES, Result
+from .runner import STATUSES, Prerequisite, Result, Target
 from .spec_text import section_text
 from .transcript import Transcript
 
-if TYPE_CHECKING:
-    from .report import Report
+__all__ = ["RenderedReport", "anchor", "render"]
 
-__all__ = ["anchor", "render"]
+
+class RenderedReport(Protocol):
+    """What the HTML needs of a run (a :class:`conformance.report.Report` is one), so this
+    module does not import the report module that imports it."""
+
+    @property
+    def target(self) -> Target:
+        """The master that was checked."""
+        ...
+
+    @property
+    def results(self) -> list[Result]:
+        """Every case's result."""
+        ...
+
+    @property
+    def started_at(self) -> dt.datetime:
+        """When the run started."""
+        ...
+
+    @property
+    def duration_s(self) -> float:
+        """How long it took."""
+        ...
+
+    @property
+    def prerequisites(self) -> dict[str, Prerequisite]:
+        """What the probes found, by feature."""
+        ...
+
+    @property
+    def missing_prerequisites(self) -> list[Prerequisite]:
+        """The features found missing."""
+        ...
+
+    def relying_on(self, feature: str) -> list[Result]:
+        """The cases that relied on ``feature``."""
+        ...
+
+    def counts(self, results: Iterable[Result] | None = None) -> dict[str, int]:
+        """How many results have each status."""
+        ...
+
 
 _CSS: Final = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2rem auto;max-width:80rem;padding:0 1rem;
@@ -114,7 +157,7 @@ def _case_section(result: Result) -> str:
     )
 
 
-def _sections_table(report: Report) -> str:
+def _sections_table(report: RenderedReport) -> str:
     sections: dict[str, list[Result]] = {}
     for result in report.results:
         sections.setdefault(result.case.spec, []).append(result)
@@ -140,7 +183,7 @@ def _sections_table(report: Report) -> str:
     return "".join(parts)
 
 
-def _prerequisites(report: Report) -> str:
+def _prerequisites(report: RenderedReport) -> str:
     missing = report.missing_prerequisites
     if not missing:
         probed = ", ".join(_e(name) for name in report.prerequisites) or "none"
@@ -166,7 +209,7 @@ def _prerequisites(report: Report) -> str:
     return "".join(parts)
 
 
-def render(report: Report) -> str:
+def render(report: RenderedReport) -> str:
     """The whole report as one HTML document."""
     counts = report.counts()
     must = sum(1 for r in report.results if r.blocking)

@@ -19,7 +19,16 @@ from typing import Any, Final
 import msgspec
 
 from .errors import InvalidFrame, UnknownType
-from .frames import _ISO8601, _UUID4, AnyFrame, Frame, GenericFrame, Metadata, Sender, frame_types
+from .frames import (
+    ISO8601_PATTERN,
+    UUID4_PATTERN,
+    AnyFrame,
+    Frame,
+    GenericFrame,
+    Metadata,
+    Sender,
+    frame_types,
+)
 
 __all__ = [
     "SYNTHETIC",
@@ -80,8 +89,8 @@ def _decode_unknown(data: bytes | str, text: str) -> GenericFrame:
 
 
 _PATTERN_NAMES: Final = {
-    _UUID4: "must be a UUID v4 (like 0f8fad5b-d9cb-469f-a165-70867728950e)",
-    _ISO8601: "must be an ISO 8601 date-time or duration (like PT5H)",
+    UUID4_PATTERN: "must be a UUID v4 (like 0f8fad5b-d9cb-469f-a165-70867728950e)",
+    ISO8601_PATTERN: "must be an ISO 8601 date-time or duration (like PT5H)",
 }
 _PATTERN_MISMATCH: Final = re.compile(
     r"^Expected `str` matching regex (?P<pattern>'.*') - at `(?P<at>[^`]+)`$", re.DOTALL

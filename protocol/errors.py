@@ -30,17 +30,20 @@ whether it is fatal; each handshake error knows its WebSocket close code::
     │   └── ProtocolVersionMismatch   4426
     └── StoreError                    raised by store backends
         ├── StoreUnavailableError     the backend cannot be reached
+        ├── SessionMissing            no such session in the store (also a KeyError)
         └── FormatVersionError        data written by a newer build (seed 004: "upgrade")
 """
 
 from __future__ import annotations
 
+import enum
 from typing import ClassVar
 
 __all__ = [
     "BadCredential",
     "BlockStateError",
     "ClientAttached",
+    "CloseCode",
     "DirectionError",
     "Forbidden",
     "FormatVersionError",
@@ -56,6 +59,7 @@ __all__ = [
     "RateLimited",
     "RawpError",
     "SessionGone",
+    "SessionMissing",
     "StateViolation",
     "StoreError",
     "StoreUnavailable",
@@ -166,58 +170,85 @@ class UsageMissing(StateViolation):
     code = "usage_missing"
 
 
+class CloseCode(enum.IntEnum):
+    """Every WebSocket close code RAWP uses, in one place (RAWP §5, notes §5 and §11).
+
+    An ``IntEnum``: each member is the ``int`` that goes on the wire.
+    """
+
+    NORMAL = 1000
+    """The session ended, or a peer closed normally."""
+    GOING_AWAY = 1001
+    """The master is shutting down or handing the session off: reattach."""
+    POLICY_VIOLATION = 1008
+    """Over the rate limit."""
+    MALFORMED_HELLO = 4400
+    BAD_CREDENTIAL = 4401
+    """Unknown, expired or revoked credential (also a credential revoked while attached)."""
+    FORBIDDEN = 4403
+    NO_SUCH_SESSION = 4404
+    HELLO_TIMEOUT = 4408
+    CLIENT_ATTACHED = 4409
+    """Another client is attached; also the close of a connection superseded by a takeover."""
+    SUPERSEDED = 4409
+    SESSION_GONE = 4410
+    PROTOCOL_VERSION_MISMATCH = 4426
+    SLOW_CONSUMER = 4429
+    """The send queue went over its bound (notes §11)."""
+
+
 class HandshakeError(RawpError):
     """The connection cannot be attached; closed with :attr:`close_code`."""
 
-    close_code: ClassVar[int] = 4400
+    close_code: ClassVar[int] = CloseCode.MALFORMED_HELLO
 
 
 class MalformedHello(HandshakeError):
     """The first frame was not a valid ``connection.hello``."""
 
-    close_code = 4400
+    close_code = CloseCode.MALFORMED_HELLO
 
 
 class BadCredential(HandshakeError):
     """Unknown, expired or revoked credential."""
 
-    close_code = 4401
+    close_code = CloseCode.BAD_CREDENTIAL
 
 
 class Forbidden(HandshakeError):
     """The credential is valid but may not do this (role, session, workspace, origin)."""
 
-    close_code = 4403
+    close_code = CloseCode.FORBIDDEN
 
 
 class NoSuchSession(HandshakeError):
     """The session does not exist and the hello did not ask to create it."""
 
-    close_code = 4404
+    close_code = CloseCode.NO_SUCH_SESSION
 
 
 class HelloTimeout(HandshakeError):
     """No hello within the handshake timeout."""
 
-    close_code = 4408
+    close_code = CloseCode.HELLO_TIMEOUT
 
 
 class ClientAttached(HandshakeError):
     """Another client is attached to the session."""
 
-    close_code = 4409
+    close_code = CloseCode.CLIENT_ATTACHED
 
 
 class SessionGone(HandshakeError):
     """The session was deleted."""
 
-    close_code = 4410
+    close_code = CloseCode.SESSION_GONE
 
 
 class ProtocolVersionMismatch(HandshakeError):
     """``protocol_version`` is not 1.0.x."""
 
-    close_code = 4426
+    close_code = CloseCode.PROTOCOL_VERSION_MISMATCH
 
 
 class StoreError(RawpError):
@@ -226,6 +257,13 @@ class StoreError(RawpError):
 
 class StoreUnavailableError(StoreError):
     """The backend cannot be reached; the operation did not happen."""
+
+
+class SessionMissing(StoreError, KeyError):
+    """The store has no such session (never created, or deleted meanwhile, e.g. by another node).
+
+    Also a ``KeyError``, what stores raised for it before it had a name of its own.
+    """
 
 
 class FormatVersionError(StoreError):

@@ -24,8 +24,10 @@ from msgspec import Meta, Raw, Struct, field
 from .names import FRAME_TYPE_MAX_BYTES, FRAME_TYPE_PATTERN, SESSION_ID_MAX, SESSION_ID_PATTERN
 
 __all__ = [
+    "ISO8601_PATTERN",
     "PROTOCOL_VERSION",
     "SUBPROTOCOL",
+    "UUID4_PATTERN",
     "Ack",
     "AckPayload",
     "AgentState",
@@ -69,6 +71,7 @@ __all__ = [
     "Resume",
     "Role",
     "Sender",
+    "SenderRole",
     "SessionError",
     "SessionErrorPayload",
     "SessionInfo",
@@ -105,14 +108,14 @@ SUBPROTOCOL: Final = "rawp.1"
 
 # "$(?!\n)": msgspec matches with re.search, where a bare "$" also matches before a final
 # newline; the lookahead keeps the same pattern valid in ECMA-262 for the JSON Schemas.
-_UUID4 = (
+UUID4_PATTERN = (
     r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-4[0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}$(?!\n)"
 )
 # ISO 8601: a date-time, or a duration such as "PT4H30M" (§7.3.1 time_to_reset). [0-9], not
 # \d (which in Python also matches non-ASCII digits, unlike ECMA-262), and no capturing
 # groups: a fifth of a session.usage decode was this match (make bench ARGS=validation).
 _D = "[0-9]"
-_ISO8601 = (
+ISO8601_PATTERN = (
     rf"^(?:{_D}{{4}}-{_D}{{2}}-{_D}{{2}}(?:T{_D}{{2}}:{_D}{{2}}(?::{_D}{{2}}(?:\.{_D}+)?)?"
     rf"(?:Z|[+-]{_D}{{2}}:?{_D}{{2}})?)?"
     rf"|P(?!$)(?:{_D}+(?:\.{_D}+)?Y)?(?:{_D}+(?:\.{_D}+)?M)?(?:{_D}+(?:\.{_D}+)?W)?"
@@ -140,16 +143,19 @@ FrameType = Annotated[
         description="Dot-separated lowercase words, at most 64 bytes (notes §16.7).",
     ),
 ]
-Uuid4 = Annotated[str, Meta(pattern=_UUID4, description="A UUID version 4.")]
+Uuid4 = Annotated[str, Meta(pattern=UUID4_PATTERN, description="A UUID version 4.")]
 Count = Annotated[int, Meta(ge=0)]
 Seq = Annotated[int, Meta(ge=0, description="A position in the session log (dense, from 1).")]
 Timestamp = Annotated[_dt.datetime, Meta(tz=True, description="RFC 3339 date-time with offset.")]
-Iso8601 = Annotated[str, Meta(pattern=_ISO8601, description="ISO 8601 date-time or duration.")]
+Iso8601 = Annotated[
+    str, Meta(pattern=ISO8601_PATTERN, description="ISO 8601 date-time or duration.")
+]
 Utilization = Annotated[float, Meta(ge=0.0, le=1.0)]
 JsonObject = dict[str, Any]
 
 Role = Literal["client", "edge"]
 SenderRole = Literal["client", "edge", "master"]
+"""Who sent a frame: the one definition (``protocol.state`` names it too)."""
 Policy = Literal["RING", "DROP", "NONE"]
 
 

@@ -39,13 +39,14 @@ from .errors import (
     UsageMissing,
 )
 from .frames import (
-    _UUID4,
+    UUID4_PATTERN,
     AnyFrame,
     ClientFrame,
     EdgeFrame,
     Frame,
     GenericFrame,
     MasterFrame,
+    SenderRole,
 )
 
 __all__ = [
@@ -64,7 +65,6 @@ __all__ = [
     "status",
 ]
 
-SenderRole: TypeAlias = Literal["client", "edge", "master"]
 Status: TypeAlias = Literal["idle", "running", "requires_action", "terminated"]
 
 
@@ -175,7 +175,7 @@ def _nothing(state: SessionState, frame: Frame, role: SenderRole) -> None:
 
 # The decoder already enforces UUID v4 on the wire; frames built in code (client library,
 # tests) are not validated on construction, so the rule is checked here too.
-_UUID4_RE: Final = re.compile(_UUID4)
+_UUID4_RE: Final = re.compile(UUID4_PATTERN)
 
 
 def _turn_start_check(state: SessionState, frame: Frame, role: SenderRole) -> None:

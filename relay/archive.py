@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 import structlog
 
@@ -20,12 +20,16 @@ from protocol import codec
 from protocol.errors import ProtocolError, StoreError
 from protocol.frames import Deleted
 
+from .config import Settings
 from .store.base import LogEntry, SessionHeader, Store
 
-if TYPE_CHECKING:
-    from .hub import Hub
-
-__all__ = ["ARCHIVING_REASONS", "end_session_in_store", "finish_ending", "purge_archives"]
+__all__ = [
+    "ARCHIVING_REASONS",
+    "ArchiveKeeper",
+    "end_session_in_store",
+    "finish_ending",
+    "purge_archives",
+]
 
 log = structlog.get_logger("rawp.archive")
 
@@ -67,7 +71,17 @@ async def finish_ending(
     return await store.get_session(header.session_id) if reason in ARCHIVING_REASONS else None
 
 
-async def purge_archives(hub: Hub, interval_s: float) -> None:
+class ArchiveKeeper(Protocol):
+    """What the purge loop needs of its owner (the hub), so this module stays below it."""
+
+    settings: Settings
+    store: Store
+
+    def forget_archived(self, session_id: str) -> None:
+        """Drop a purged archive from the owner's cache."""
+
+
+async def purge_archives(hub: ArchiveKeeper, interval_s: float) -> None:
     """Forever: purge archived sessions older than ``--archive-retention`` (notes §16.1)."""
     retention_ms = int(hub.settings.archive_retention_s * 1000)
     while True:

@@ -52,6 +52,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from protocol import codec
 from protocol.errors import (
     ClientAttached,
+    CloseCode,
     ProtocolError,
     StoreError,
     StoreUnavailable,
@@ -81,7 +82,7 @@ _SWEEP_LEASE_MS: Final = 30_000  # a sweeper that dies mid-sweep is replaced aft
 _UNLOAD_AFTER_S: Final = 60.0  # a session nobody here uses is forgotten (and unsubscribed)
 _FENCE: Final = "rawp.fence"  # control entry: close participant ``message_id`` (generation)
 _FENCED: Final = "rawp.fenced"  # control entry: the answer
-_SUPERSEDED: Final = 4409
+_SUPERSEDED: Final = CloseCode.SUPERSEDED
 _GOING_AWAY: Final = 1001
 
 

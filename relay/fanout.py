@@ -27,9 +27,11 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
 
+from protocol.errors import CloseCode
+
 __all__ = ["SLOW_CONSUMER", "Data", "Outbox", "Sink"]
 
-SLOW_CONSUMER: Final = 4429
+SLOW_CONSUMER: Final = CloseCode.SLOW_CONSUMER
 
 _CHUNK: Final = 64 * 1024  # bytes framed into one transport write
 _LARGE: Final = 1 << 20  # a message this big is written in slices, never joined (a backlog)
@@ -101,7 +103,7 @@ class Sink(Protocol):
 
     async def send(self, message: bytes, *, text: bool | None = None) -> None: ...
 
-    async def close(self, code: int = 1000, reason: str = "") -> None: ...
+    async def close(self, code: int = CloseCode.NORMAL, reason: str = "") -> None: ...
 
 
 class Outbox:

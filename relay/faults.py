@@ -8,8 +8,9 @@ code the sender gets depends on why the store refused:
   any other :class:`~protocol.errors.StoreError`: ``store_unavailable`` — retry later.
 * :class:`~protocol.errors.FormatVersionError`: ``version_unsupported`` — the session was
   written by a newer build; retrying here will not help (seed 004: "upgrade", not "corrupt").
-* ``KeyError`` (the store has no such session: deleted meanwhile, e.g. by another node):
-  ``not_allowed`` — the session's ``session.deleted`` is on its way to the participant.
+* :class:`~protocol.errors.SessionMissing` (the store has no such session: deleted
+  meanwhile, e.g. by another node): ``not_allowed`` — the session's ``session.deleted`` is on
+  its way to the participant.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from protocol.errors import (
     FormatVersionError,
     NotAllowed,
     ProtocolError,
+    SessionMissing,
     StoreUnavailable,
     VersionUnsupported,
 )
@@ -27,7 +29,7 @@ __all__ = ["refusal"]
 
 def refusal(exc: BaseException, message_id: str) -> ProtocolError:
     """The ``session.error`` for a frame the store refused with ``exc``."""
-    if isinstance(exc, KeyError):
+    if isinstance(exc, SessionMissing):
         return NotAllowed(f"frame {message_id} was not stored: the session no longer exists")
     if isinstance(exc, FormatVersionError):
         return VersionUnsupported(f"frame {message_id} was not stored: {exc}")

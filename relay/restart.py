@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import structlog
 
@@ -29,16 +29,33 @@ from protocol.errors import StoreError, StoreUnavailableError
 from protocol.finalize import finalize
 
 if TYPE_CHECKING:
-    from .hub import Hub
+    from protocol.frames import Sender
 
-__all__ = ["recover_after_restart"]
+    from .session import Session
+    from .store.base import Deadline, Store
+
+
+class RecoveringHost(Protocol):
+    """What restart recovery needs of its owner (the hub), so this module stays below it."""
+
+    store: Store
+    master_sender: Sender
+
+    async def open(self, session_id: str) -> Session | None:
+        """The session, folded from the store, or None."""
+
+    def deadline_for(self, session_id: str, participant_id: str) -> Deadline:
+        """The reattach deadline of a participant detached now."""
+
+
+__all__ = ["RecoveringHost", "recover_after_restart"]
 
 log = structlog.get_logger("rawp.restart")
 
 _CONCURRENCY: Final = 32
 
 
-async def recover_after_restart(hub: Hub) -> int:
+async def recover_after_restart(hub: RecoveringHost) -> int:
     """Recover every candidate session; returns how many were finalized."""
     candidates = await hub.store.recovery_candidates()
     # Several at once: their writes share the store's group-committed transactions.
@@ -58,7 +75,7 @@ async def recover_after_restart(hub: Hub) -> int:
     return finalized
 
 
-async def _recover(hub: Hub, session_id: str) -> bool:
+async def _recover(hub: RecoveringHost, session_id: str) -> bool:
     session = await hub.open(session_id)
     if session is None or session.terminated:
         return False

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 import structlog
 
-from protocol.errors import StoreError
+from protocol.errors import CloseCode, StoreError
 
 if TYPE_CHECKING:
     from .auth import Principal
@@ -32,7 +32,7 @@ __all__ = ["CHECK_INTERVAL_S", "CLOSE_INVALID_CREDENTIAL", "CredentialWatch", "E
 log = structlog.get_logger("rawp.revocation")
 
 CHECK_INTERVAL_S: Final = 0.5
-CLOSE_INVALID_CREDENTIAL: Final = 4401
+CLOSE_INVALID_CREDENTIAL: Final = CloseCode.BAD_CREDENTIAL
 _CONCURRENT_READS: Final = 64  # store reads in flight at once per round
 
 

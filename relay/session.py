@@ -33,6 +33,7 @@ from protocol import acts, codec
 from protocol.buffers import BoundedBuffer
 from protocol.errors import (
     ClientAttached,
+    CloseCode,
     Forbidden,
     FormatVersionError,
     InvalidFrame,
@@ -94,7 +95,7 @@ _FIRST: Final = asyncio.FIRST_COMPLETED
 _MAX_FLUSH_WAIT: Final = 0.02  # seconds: the most a delivery waits for the session's flush
 _RECENT_IDS: Final = 65536
 _BACKLOG_PAGE: Final = 256  # log entries read at once while a backlog is built
-_SUPERSEDED: Final = 4409
+_SUPERSEDED: Final = CloseCode.SUPERSEDED
 _NORMAL: Final = 1000
 
 
@@ -500,7 +501,7 @@ class Session:
         item = self._inflight[0]
         try:
             results = await asyncio.shield(item.appended)
-        except (StoreError, KeyError) as exc:  # any store failure: answered, never fatal
+        except StoreError as exc:  # any store failure (SessionMissing too): answered, never fatal
             self._inflight.popleft()
             self.hub.metrics.store_errors.inc()
             self._refuse(item.pending, exc)

@@ -25,6 +25,7 @@ from websockets.typing import Subprotocol
 
 from protocol import codec, names
 from protocol.errors import (
+    CloseCode,
     HandshakeError,
     HelloTimeout,
     InvalidFrame,
@@ -44,7 +45,7 @@ __all__ = ["WS_PATH", "RateLimiter", "WebSocketEndpoint", "close_reason"]
 log = structlog.get_logger("rawp.ws")
 
 WS_PATH: Final = "/v1/ws"
-_POLICY: Final = 1008
+_POLICY: Final = CloseCode.POLICY_VIOLATION
 _MAX_CLOSE_REASON_BYTES: Final = 123
 _FLUSH_BEFORE_CLOSE_S: Final = 1.0
 _connection_ids = itertools.count(1)
@@ -115,7 +116,7 @@ class WebSocketEndpoint:
             attached = await self._handshake(connection)
         except HandshakeError as exc:
             hub.metrics.closes.labels(str(exc.close_code)).inc()
-            log.info("handshake_refused", code=exc.close_code, reason=exc.message)
+            log.info("handshake_refused", code=int(exc.close_code), reason=exc.message)
             await connection.close(exc.close_code, close_reason(exc.message))
             return
         except ConnectionClosed:

@@ -17,7 +17,7 @@ from ..auth import Principal
 from ..hub import Hub
 from ..session import Session
 from ..store.base import SessionHeader
-from .app import HUB, authenticate
+from .context import HUB, authenticate
 from .middleware import ApiError
 
 __all__ = [

@@ -45,7 +45,7 @@ from ..hub import Hub
 from ..session import Session
 from ..store.base import LogEntry
 from .access import hub_of, loaded_session, principal_of, visible_header
-from .app import authenticate
+from .context import authenticate
 from .events import submit
 from .middleware import HTTP_METRICS, ApiError
 from .sse import STREAMS, EventStream

@@ -10,22 +10,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from protocol import acts, names
 from protocol.errors import NotAllowed, StoreUnavailableError
 
-from ..auth import Principal
 from ..hub import Hub, SessionAttached
+from .context import HUB, authenticate
 from .hardening import hide_server_version
 from .problems import problem, problem_middleware
+from .routes import add_routes
 
+# HUB and authenticate live in .context; named here too for the callers that import them from app.
 __all__ = ["HUB", "authenticate", "create_app"]
-
-HUB: web.AppKey[Hub] = web.AppKey("hub", Hub)
-
-
-async def authenticate(request: web.Request) -> Principal:
-    """The principal of ``Authorization: Bearer <API key or session token>``."""
-    header = request.headers.get("Authorization", "")
-    scheme, _, secret = header.partition(" ")
-    token = secret.strip() if scheme.lower() == "bearer" else None
-    return await request.app[HUB].auth.authenticate(token)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -97,8 +89,6 @@ def create_app(hub: Hub, *, ws_url: Callable[[], str] | None = None) -> web.Appl
     app.router.add_delete("/v1/session/{session_id}", delete_session)
     app.router.add_delete("/v1/sessions/{session_id}", delete_session)
     # --- [http-api] sessions, events, SSE, tokens, export, dashboard (relay/http/routes.py)
-    from .routes import add_routes  # imported here: the route modules import this one
-
     add_routes(app, ws_url=ws_url)
     # --- [http-api] end
     return app

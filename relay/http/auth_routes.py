@@ -14,7 +14,11 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from aiohttp import web
+
+from protocol.errors import CloseCode
 
 from .access import hub_of, principal_of, require_act, visible_header
 from .middleware import HTTP_METRICS, ApiError
@@ -24,7 +28,7 @@ from .sse import end_streams_of
 
 __all__ = ["create_token", "revoke_token", "whoami"]
 
-_REVOKED = 4401
+_REVOKED: Final = CloseCode.BAD_CREDENTIAL
 
 
 async def create_token(request: web.Request) -> web.Response:

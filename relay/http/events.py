@@ -23,6 +23,7 @@ from aiohttp import web
 
 from protocol import acts, codec
 from protocol.errors import (
+    CloseCode,
     InvalidFrame,
     NotAllowed,
     ProtocolError,
@@ -64,7 +65,7 @@ class _NoSocket:
     async def send(self, message: bytes, *, text: bool | None = None) -> None:
         return None
 
-    async def close(self, code: int = 1000, reason: str = "") -> None:
+    async def close(self, code: int = CloseCode.NORMAL, reason: str = "") -> None:
         return None
 
 

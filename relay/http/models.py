@@ -16,7 +16,7 @@ from aiohttp import web
 
 from protocol import codec, frames
 
-from .app import HUB
+from .context import HUB
 from .middleware import ApiError
 
 __all__ = [

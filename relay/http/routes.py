@@ -11,8 +11,8 @@ from aiohttp import web
 
 from ..revocation import CredentialWatch
 from .agui import add_agui_routes
-from .app import HUB
 from .auth_routes import create_token, revoke_token, whoami
+from .context import HUB
 from .dashboard import add_dashboard_routes
 from .events import append_event, cancel_turn, list_events
 from .export import export_session

@@ -35,7 +35,7 @@ from ..auth import Principal
 from ..session import Session
 from ..store.base import LogEntry
 from .access import hub_of, int_query, loaded_session, visible_header
-from .app import authenticate
+from .context import authenticate
 from .middleware import HTTP_METRICS, ApiError
 
 __all__ = ["STREAMS", "EventStream", "end_streams", "end_streams_of", "stream_events"]

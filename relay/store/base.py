@@ -249,7 +249,10 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def append(self, session_id: str, entries: Sequence[NewEntry]) -> list[AppendResult]:
-        """Append atomically and durably, in order; duplicates (by message_id) keep their seq."""
+        """Append atomically and durably, in order; duplicates (by message_id) keep their seq.
+
+        Raises :class:`~protocol.errors.SessionMissing` for a session the store does not have.
+        """
 
     def append_nowait(
         self,

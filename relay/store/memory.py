@@ -11,7 +11,7 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from protocol.errors import FormatVersionError
+from protocol.errors import FormatVersionError, SessionMissing
 
 from .base import (
     FORMAT_VERSION,
@@ -125,7 +125,7 @@ class MemoryStore(Store):
     async def append(self, session_id: str, entries: Sequence[NewEntry]) -> list[AppendResult]:
         s = self._get(session_id)
         if s is None:
-            raise KeyError(session_id)
+            raise SessionMissing(session_id)
         results: list[AppendResult] = []
         added = 0
         for e in entries:

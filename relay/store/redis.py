@@ -66,7 +66,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
-from protocol.errors import FormatVersionError, StoreError, StoreUnavailableError
+from protocol.errors import FormatVersionError, SessionMissing, StoreError, StoreUnavailableError
 
 from .base import (
     FORMAT_VERSION,
@@ -972,7 +972,7 @@ class RedisStore(Store):
         except StoreError as exc:
             text = str(exc)
             if "NOSESSION" in text:
-                raise KeyError(session_id) from None
+                raise SessionMissing(session_id) from None
             if "FORMAT " in text:
                 version = int(text.rsplit("FORMAT ", 1)[1].split()[0])
                 raise _newer(session_id, version) from None

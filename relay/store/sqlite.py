@@ -45,7 +45,7 @@ from typing import Any, Final, Generic, TypeVar
 
 import msgspec
 
-from protocol.errors import FormatVersionError, StoreUnavailableError
+from protocol.errors import FormatVersionError, SessionMissing, StoreUnavailableError
 
 from .base import (
     FORMAT_VERSION,
@@ -300,7 +300,7 @@ class _Writer(threading.Thread):
                     write.result = write.apply(db)
                 except sqlite3.Error:
                     raise  # the transaction's problem, not this write's: fail the batch
-                except Exception as exc:  # this write's own refusal (e.g. KeyError)
+                except Exception as exc:  # this write's own refusal (e.g. SessionMissing)
                     db.execute("ROLLBACK TO one_write")
                     write.failed = True
                     write.error = exc
@@ -796,7 +796,7 @@ def _append(
     """On the writer thread, inside the batch's transaction: seqs, dedupe, rows, trim."""
     position = db.execute(SELECT_POSITION, (session_id,)).fetchone()
     if position is None:
-        raise KeyError(session_id)
+        raise SessionMissing(session_id)
     head, first, version = int(position[0]), int(position[1]), int(position[2])
     if version > FORMAT_VERSION:
         raise FormatVersionError(

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from protocol.errors import FormatVersionError, StoreUnavailableError
+from protocol.errors import FormatVersionError, SessionMissing, StoreUnavailableError
 from relay.store.base import (
     FORMAT_VERSION,
     AppendResult,
@@ -173,10 +173,10 @@ async def test_an_append_after_a_failed_one_is_not_applied(store: Store) -> None
     assert (await store.append(s, [entry()]))[0].seq == 3
 
 
-async def test_append_to_unknown_session_raises_key_error(store: Store) -> None:
-    """Appending to a session that does not exist raises KeyError and creates nothing."""
+async def test_append_to_unknown_session_raises_session_missing(store: Store) -> None:
+    """Appending to a session that does not exist raises SessionMissing and creates nothing."""
     s = sid()
-    with pytest.raises(KeyError):
+    with pytest.raises(SessionMissing):
         await store.append(s, [entry()])
     assert await store.get_session(s) is None
     assert await store.head_seq(s) == 0

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from protocol.errors import FormatVersionError, StoreError, StoreUnavailableError
+from protocol.errors import FormatVersionError, SessionMissing, StoreError, StoreUnavailableError
 from relay.server import Master
 from relay.store.base import AppendResult, NewEntry
 from tests.e2e.conftest import API_KEY
@@ -41,7 +41,7 @@ async def client_and_edge(master: Master, sid: str) -> tuple[Peer, Peer]:
         (StoreUnavailableError("redis unreachable"), "store_unavailable"),
         (StoreError("redis error: WRONGTYPE"), "store_unavailable"),
         (FormatVersionError("written by a newer build; upgrade"), "version_unsupported"),
-        (KeyError("s-faults"), "not_allowed"),
+        (SessionMissing("s-faults"), "not_allowed"),
     ],
 )
 async def test_a_refused_append_is_answered_and_the_session_goes_on(

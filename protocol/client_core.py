@@ -1,0 +1,544 @@
+"""The client's decisions, sans I/O: what to send, what to buffer, what the master has.
+
+:class:`ClientCore` is the state of one participant in one session and every decision made on
+it — the hello and what it resumes, the reattach history and what it carries or sheds, which
+frames wait in the outgoing buffer, the ack bookkeeping, what an incoming message changes —
+without a socket or an event loop (the model is python-websockets' ``protocol.py``).
+:class:`protocol.client.RawpClient` adds the asyncio/websockets connection on top: it writes
+what this core says to write and hands it what arrives.
+
+What the client does on its own:
+
+* **Handshake** (notes §5): ``connection.hello`` with the participant id and the cursor
+  (``resume.last_seq`` = the last seq received) once it has them, then ``connection.welcome``
+  and, on a reattach, the master's backlog as one ``session.history`` (yielded as that History
+  frame and folded into :attr:`RawpClient.view`).
+* **Acknowledgements**: ``connection.ack`` after every ``ack_every`` frames received and after
+  ``ack_interval`` seconds without one, so the master keeps the cursor too.
+* **Commits** (notes §16.3): the master acknowledges what it committed of ours with its own
+  cumulative ``connection.ack {last_seq, last_message_id}`` and names a refused frame in its
+  ``session.error``'s ``ref_message_id``. :meth:`RawpClient.send` waits for that answer (the
+  seq, or :class:`FrameRefused`); the typed helpers and :meth:`RawpClient.post` return at once
+  and :meth:`RawpClient.committed` / :meth:`RawpClient.flush` wait later. Acknowledged frames
+  leave the in-flight window, so a reattach resends only what the master may lack.
+* **Reconnect** with exponential backoff and full jitter (:class:`Backoff`) after any close
+  but a refusal (4400, 4401, 4403, 4404, 4409, 4410, 4426), a normal end (1000: the session
+  was deleted) or :meth:`RawpClient.close`. The view is finalized locally when the connection
+  drops (§7.8.1) and unfinalized by the backlog of the next reattach (§7.8.3).
+* **Outgoing frames while disconnected** go to a :class:`~protocol.buffers.BoundedBuffer`
+  (RING / DROP / NONE over a byte capacity, the hello's ``buffer``). Frames already written to
+  a socket that died stay "in flight" (a byte-bounded window): after the next welcome the
+  client drops those ``welcome.received.last_message_id`` says the master has, and sends the
+  rest plus the buffered frames as ONE ``session.history`` (§7.1.1) with the buffer's exact
+  ``buffer_status`` (in-flight frames were sent once, so they never count as lost) and
+  ``last_message_id`` / ``last_sync_timestamp`` of that last frame the master had. A client
+  sends such a history after every reattach, empty or not: it is what retracts the master's
+  finalization (§7.8.3). An edge may not send histories (notes §4): it sends the same frames
+  one by one, and a loss is recorded as a local notice in its view.
+* **Persistence**: :meth:`RawpClient.save` writes cursor, participant id, view, unsent and
+  in-flight frames to a JSON file atomically (temp file, fsync, rename); a client built with
+  that ``state_path`` resumes the same session after an app restart (its view is finalized
+  on load, §7.8.2, and unfinalized by the reattach).
+
+Own frames: the master does not echo a participant's frames back (renames aside, which are
+folded when their echo arrives; a delete request is never logged, the master's cleanup and
+``session.deleted`` are folded instead), so the client folds each frame it sends into its view when
+the frame leaves on a socket (a live frame at once, buffered frames inside the history that
+carries them). A sender's view can therefore order its own frames slightly differently from
+the log when frames from other participants cross them in flight.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Generic
+
+import msgspec
+
+from . import codec
+from .buffers import BoundedBuffer, BufferedItem, buffer_status
+from .client_errors import ClientError, FrameLost
+from .commits import CommitLedger, FutureT
+from .errors import CloseCode, DirectionError, InvalidFrame, ProtocolError
+from .frames import (
+    PROTOCOL_VERSION,
+    Ack,
+    AckPayload,
+    BufferRequest,
+    BufferStatus,
+    CreateSpec,
+    Deleted,
+    Frame,
+    GenericFrame,
+    Hello,
+    HelloPayload,
+    History,
+    HistoryPayload,
+    Renamed,
+    Resume,
+    Role,
+    SessionError,
+    Welcome,
+)
+from .outgoing import OutgoingBuffer, merge_status
+from .snapshot import ClientSnapshot
+from .state import allowed_types
+from .view import SessionView
+
+__all__ = [
+    "DEFAULT_BUFFER",
+    "ClientCore",
+    "Delivered",
+    "create_spec",
+    "is_request",
+    "unpacked",
+]
+
+DEFAULT_BUFFER: Final = BufferRequest(policy="RING", capacity_bytes=256 * 1024)
+"""The buffer asked for when none is given: RING over 256 KiB (fits in one 1 MiB frame)."""
+
+_SENT_TIMES: Final = 4096  # message id -> timestamp of recent own frames (last_sync_timestamp)
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """One frame as :meth:`RawpClient.frames` yields it.
+
+    ``replayed`` is True for a frame that arrived inside a ``session.history`` (§7.1.1): the
+    master's backlog on (re)attach, or an agent's reattach history; ``history`` is then that
+    History frame. Live frames have ``replayed`` False and no ``history``.
+    """
+
+    frame: Frame | GenericFrame
+    replayed: bool = False
+    history: History | None = None
+
+
+# --- persistence ---------------------------------------------------------------------------
+
+
+class ClientCore(Generic[FutureT]):
+    """One participant's session state and the decisions on it, with no I/O.
+
+    ``new_future`` makes the futures the commit ledger settles (the adapter's event loop's).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        session_id: str,
+        *,
+        role: Role,
+        buffer_request: BufferRequest,
+        in_flight_bytes: int | None,
+        participant_id: str | None,
+        view: SessionView | None,
+        state_path: Path | None,
+        new_future: Callable[[], FutureT],
+    ) -> None:
+        self.url = url
+        self.session_id = session_id
+        self.role: Role = role
+        self.buffer_request = buffer_request
+        self.participant_id = participant_id
+        self.generation = 0
+        self.epoch: str | None = None
+        self.welcome: Welcome | None = None
+        self.view = view if view is not None else SessionView(session_id)
+        self.state_path = state_path
+        self.undecodable_frames = 0
+        self._attached_before = False
+        self._turn_index = -1
+        self._last_sync: tuple[str, _dt.datetime] | None = None
+        self._max_frame_bytes: int | None = None
+        self._outgoing = OutgoingBuffer(buffer_request.policy, buffer_request.capacity_bytes)
+        window = in_flight_bytes if in_flight_bytes is not None else buffer_request.capacity_bytes
+        self._in_flight: BoundedBuffer[Frame] = BoundedBuffer("RING", max(window, 0))
+        self._sent_times: OrderedDict[str, _dt.datetime] = OrderedDict()
+        self._deferred: list[BufferedItem[Frame]] = []  # requests that must not ride a history
+        self._pending_status: BufferStatus | None = None  # a history's status that never left
+        self._deleted = False
+        self._received_since_ack = 0
+        self._acked = 0
+        self._commits: CommitLedger[FutureT] = CommitLedger(new_future)
+
+    # --- persistence -----------------------------------------------------------------------
+
+    def _restore(self, snapshot: ClientSnapshot) -> None:
+        """Take over the state of ``snapshot`` (its view finalized, §7.8.2)."""
+        if snapshot.session_id != self.session_id or snapshot.role != self.role:
+            raise ClientError(
+                f"{self.state_path} holds {snapshot.role} state for session "
+                f"{snapshot.session_id}, not {self.role} state for {self.session_id}"
+            )
+        self.participant_id = snapshot.participant_id
+        self.epoch = snapshot.epoch
+        self._attached_before = snapshot.attached_before
+        self._turn_index = snapshot.turn_index
+        if snapshot.last_sync_message_id is not None and snapshot.last_sync_timestamp:
+            self._last_sync = (snapshot.last_sync_message_id, snapshot.last_sync_timestamp)
+        self._outgoing = OutgoingBuffer.restore(snapshot.outgoing)
+        for raw in snapshot.in_flight:
+            frame = codec.decode(raw)
+            if isinstance(frame, Frame):
+                self._in_flight.push(bytes(raw), frame)
+        for raw in snapshot.deferred:
+            frame = codec.decode(raw)
+            if isinstance(frame, Frame):
+                self._deferred.append(BufferedItem(bytes(raw), frame))
+        # §7.8.2: restoring persisted state when the connection no longer exists finalizes.
+        self.view = SessionView.restore(snapshot.view, finalize_now=True)
+
+    def snapshot(self) -> ClientSnapshot:
+        """This client's state, as :meth:`save` writes it."""
+        return ClientSnapshot(
+            url=self.url,
+            session_id=self.session_id,
+            role=self.role,
+            participant_id=self.participant_id,
+            epoch=self.epoch,
+            attached_before=self._attached_before,
+            turn_index=self._turn_index,
+            last_sync_message_id=self._last_sync[0] if self._last_sync else None,
+            last_sync_timestamp=self._last_sync[1] if self._last_sync else None,
+            outgoing=self._outgoing.saved(),
+            in_flight=[msgspec.Raw(item.data) for item in self._in_flight.items],
+            deferred=[msgspec.Raw(item.data) for item in self._deferred],
+            view=self.view.snapshot(),
+            saved_at=codec.now(),
+        )
+
+    # --- what callers read -----------------------------------------------------------------
+
+    @property
+    def cursor(self) -> int:
+        """The last seq received (``resume.last_seq`` of the next hello)."""
+        return self.view.last_seq
+
+    @property
+    def buffered(self) -> int:
+        """Frames waiting in the outgoing buffer."""
+        return len(self._outgoing.buffer)
+
+    def buffer_status(self) -> BufferStatus:
+        """The §7.1.1 status the outgoing buffer would be sent with now."""
+        return self._outgoing.status()
+
+    @property
+    def in_flight(self) -> int:
+        """Frames written to a socket whose commit the master has not acknowledged yet."""
+        return len(self._in_flight)
+
+    @property
+    def unsettled(self) -> int:
+        """Frames sent or buffered that the master has not yet committed or refused."""
+        return len(self._commits.futures)
+
+    # --- the handshake ---------------------------------------------------------------------
+
+    def _hello_frame(
+        self, *, token: str, create: CreateSpec | None, from_start: bool
+    ) -> tuple[Hello, bool]:
+        """The ``connection.hello`` to open a connection with, and whether it resumes."""
+        resume: Resume | None = None
+        if self._attached_before:
+            resume = Resume(last_seq=self.view.last_seq, last_message_id=self.view.last_message_id)
+        elif from_start:
+            resume = Resume(last_seq=0)
+        hello = Hello(
+            payload=HelloPayload(
+                protocol_version=PROTOCOL_VERSION,
+                role=self.role,
+                token=token,
+                participant_id=self.participant_id,
+                resume=resume,
+                buffer=self.buffer_request,
+                create=create,
+            ),
+            **self._envelope(),
+        )
+        return hello, resume is not None
+
+    def _welcomed(self, welcome: Welcome, sent_resume: bool) -> None:
+        """Take in the welcome of a new connection (the caller then delivers it)."""
+        w = welcome.payload
+        self.welcome = welcome
+        self.participant_id = w.participant_id
+        self.generation = w.generation
+        self.epoch = w.session.epoch
+        self._max_frame_bytes = w.max_frame_bytes
+        head = w.session.head_seq
+        if not sent_resume:
+            self.view.reset_cursor(head)  # the master set our cursor to its head
+        elif head < self.view.last_seq:
+            # Our cursor is from a log this master does not have (its backlog says truncated).
+            self.view.reset_cursor(head)
+        self._acked = min(self._acked, self.view.last_seq)
+        self._commits.new_connection()
+        received = w.received.last_message_id if w.received is not None else None
+        if received:
+            self._commits.received_through(received, head, self._unsettled())
+        self.view.receive(welcome)
+
+    def _unsettled(self) -> list[str]:
+        """Our frames not yet known committed, in the order they were made."""
+        items = [*self._in_flight.items, *self._outgoing.items, *self._deferred]
+        return [item.value.message_id for item in items]
+
+    # --- the reattach history (§7.1.1) -----------------------------------------------------
+
+    def _reattach_writes(self, welcome: Welcome) -> Iterator[bytes]:
+        """What to write after ``welcome``, one text message per item (§7.1.1).
+
+        A client (agent) sends one ``session.history`` of what the master may not have, then
+        the requests that must not ride in it; an edge re-sends its frames one by one. The
+        bookkeeping of each write happens when the caller asks for the next one, so a write
+        that fails leaves the rest undone, as if the loop had stopped there.
+        """
+        received = welcome.payload.received.last_message_id if welcome.payload.received else None
+        synced = self._synced_frame(received, welcome)
+        if received:
+            self._in_flight.discard_through(lambda frame: frame.message_id == received)
+        resend = self._in_flight.items
+        buffered, status = self._outgoing.take()
+        if self._pending_status is not None:
+            status = merge_status(self._pending_status, status)
+        for item in buffered:  # from now on they are in flight: sent, not known received
+            self._in_flight.push(item.data, item.value)
+        items = [*resend, *buffered]
+        if self.role == "client":
+            carried: set[str] = set()
+            if self._attached_before or items or status.truncated:
+                history, sent = self._history(items, status, synced)
+                self._pending_status = history.payload.buffer_status
+                carried = {item.value.message_id for item in sent}
+                self._commits.wrote(history.message_id, [item.value.message_id for item in sent])
+                yield codec.encode(history)
+                self._pending_status = None
+                for item in sent:
+                    self._remember_sent(item.value)
+                self.view.fold(history, "client")
+            # Frames the window or the history's size limit shed never reach the master.
+            keep = carried | {item.value.message_id for item in self._deferred}
+            keep |= {item.value.message_id for item in self._outgoing.items}
+            self._commits.fail_all(keep, FrameLost("shed while disconnected (§7.1.1 buffer)"))
+            while self._deferred:
+                item = self._deferred[0]
+                self._commits.wrote(item.value.message_id, [item.value.message_id])
+                yield item.data
+                self._deferred.pop(0)
+                self._remember_sent(item.value)
+                self._fold_own(item.value)
+        else:
+            if status.truncated:
+                lost = status.lost_frame_count
+                self.view.note(
+                    f"{lost if lost is not None else 'some'} frame(s) sent while disconnected "
+                    f"were lost ({status.policy_applied} buffer)"
+                )
+            keep = {item.value.message_id for item in (*items, *self._outgoing.items)}
+            self._commits.fail_all(keep, FrameLost("shed while disconnected (§7.1.1 buffer)"))
+            for item in items:
+                self._commits.wrote(item.value.message_id, [item.value.message_id])
+                yield item.data
+                self._remember_sent(item.value)
+                self._fold_own(item.value)
+        self._attached_before = True
+
+    def _synced_frame(self, received: str | None, welcome: Welcome) -> tuple[str, _dt.datetime]:
+        """The last frame the master is known to have from us, and its timestamp."""
+        if received:
+            for item in self._in_flight.items:
+                if item.value.message_id == received:
+                    self._last_sync = (received, item.value.timestamp)
+                    return self._last_sync
+            if received in self._sent_times:
+                self._last_sync = (received, self._sent_times[received])
+                return self._last_sync
+            if self._last_sync is not None and self._last_sync[0] == received:
+                return self._last_sync
+            return (received, welcome.payload.session.created_at)
+        return ("", welcome.payload.session.created_at)
+
+    def _history(
+        self,
+        items: list[BufferedItem[Frame]],
+        status: BufferStatus,
+        synced: tuple[str, _dt.datetime],
+    ) -> tuple[History, list[BufferedItem[Frame]]]:
+        """One ``session.history`` that fits in the master's max frame size."""
+
+        def build(kept: list[BufferedItem[Frame]], extra_lost: int) -> History:
+            status_ = status
+            if extra_lost:
+                lost = status.lost_frame_count
+                status_ = buffer_status(
+                    status.policy_applied,
+                    lost_frame_count=None if lost is None else lost + extra_lost,
+                    buffer_high_watermark=status.buffer_high_watermark or 0,
+                )
+            return History(
+                payload=HistoryPayload(
+                    frames=[msgspec.Raw(item.data) for item in kept],
+                    buffer_status=status_,
+                    last_sync_timestamp=synced[1],
+                    last_message_id=synced[0],
+                ),
+                **self._envelope(),
+            )
+
+        limit = self._max_frame_bytes
+        history = build(items, 0)
+        if limit is None or len(codec.encode(history)) <= limit:
+            return history, items
+        # Too big for one frame: shed frames the way the policy would (RING the oldest,
+        # DROP the newest) and count them as lost.
+        overhead = len(codec.encode(build([], 0))) + 64
+        kept = list(items)
+        size = sum(item.size + 1 for item in kept)
+        while kept and overhead + size > limit:
+            shed = kept.pop(0 if status.policy_applied != "DROP" else -1)
+            size -= shed.size + 1
+        return build(kept, len(items) - len(kept)), kept
+
+    # --- receiving -------------------------------------------------------------------------
+
+    def _received(self, message: str | bytes) -> Frame | GenericFrame | None:
+        """Take in one message from the master: the frame to deliver, or None (an ack, a
+        duplicate, something undecodable)."""
+        try:
+            frame = codec.decode(message)
+        except ProtocolError:
+            self.undecodable_frames += 1
+            return None
+        if isinstance(frame, Ack):
+            # notes §16.3: the master committed our frames up to last_message_id
+            p = frame.payload
+            if p.last_message_id is not None:
+                newest = self._commits.acked(p.last_message_id, p.last_seq)
+                if newest is not None:
+                    self._in_flight.discard_through(lambda sent: sent.message_id == newest)
+            return None  # a connection frame: neither folded nor yielded
+        if frame.seq is not None:
+            if frame.seq <= self.view.last_seq:
+                return None  # already have it
+            self._received_since_ack += 1
+        elif isinstance(frame, History):
+            self._received_since_ack += 1
+        elif isinstance(frame, SessionError) and frame.payload.ref_message_id is not None:
+            # notes §16.3: it names one of ours; earlier frames are not settled by it
+            self._commits.refused(frame)
+        if isinstance(frame, Deleted):
+            self._deleted = True
+        self.view.receive(frame)
+        return frame
+
+    def _ack_due(self, ack_every: int) -> bool:
+        """Whether enough frames arrived since the last ack to send one now."""
+        return self._received_since_ack >= ack_every
+
+    def _ack_frame(self) -> tuple[bytes, int] | None:
+        """The ``connection.ack`` to send now and the seq it acknowledges (None: not needed)."""
+        cursor = self.view.last_seq
+        self._received_since_ack = 0
+        if cursor <= self._acked:
+            return None
+        ack = Ack(payload=AckPayload(last_seq=cursor), **self._envelope())
+        return codec.encode(ack), cursor
+
+    def _drop_ends_session(self, close_code: int | None) -> bool:
+        """Whether a closed connection ended the session (deleted, or a normal close)."""
+        return self._deleted or close_code == CloseCode.NORMAL
+
+    # --- sending ---------------------------------------------------------------------------
+
+    def envelope(self) -> dict[str, Any]:
+        """Envelope fields for a frame built by hand: a new ``message_id``, this session's
+        id and the current time (``F.TextDelta(payload=..., **client.envelope())``)."""
+        return {
+            "message_id": codec.new_message_id(),
+            "session_id": self.session_id,
+            "timestamp": codec.now(),
+        }
+
+    _envelope = envelope
+
+    def _remember_sent(self, frame: Frame) -> None:
+        self._sent_times[frame.message_id] = frame.timestamp
+        if len(self._sent_times) > _SENT_TIMES:
+            self._sent_times.popitem(last=False)
+
+    def _fold_own(self, frame: Frame) -> None:
+        # The master echoes a rename to its sender (notes §15.9): that copy, with its seq, is
+        # folded in log order. A delete request is not logged at all: the master's cleanup
+        # frames and its own session.deleted arrive instead (notes §9, §15.8). Every other
+        # frame of ours is folded as it leaves.
+        if not isinstance(frame, Renamed | Deleted):
+            self.view.fold(frame, self.role)
+
+    def _encode_outgoing(self, frame: Frame) -> bytes:
+        """``frame`` on the wire; raises if this role may not send it or it is too big."""
+        if frame.type not in allowed_types(self.role) or frame.type.startswith("connection."):
+            raise DirectionError(f"a {self.role} may not send {frame.type} (notes §4)")
+        data = codec.encode(frame)
+        if self._max_frame_bytes is not None and len(data) > self._max_frame_bytes:
+            raise InvalidFrame(
+                f"{frame.type} is {len(data)} bytes; the master accepts {self._max_frame_bytes}"
+            )
+        return data
+
+    def _sent_live(self, data: bytes, frame: Frame) -> None:
+        """``frame`` left on a live socket: in flight until the master acknowledges it."""
+        self._in_flight.push(data, frame)
+        self._remember_sent(frame)
+        self._fold_own(frame)
+
+    def _hold(self, data: bytes, frame: Frame) -> None:
+        """No live socket: keep ``frame`` for the next reattach."""
+        if self.role == "client" and is_request(frame):
+            # A delete request or a fatal error starts the master's termination procedure
+            # only when it arrives live (notes §9): it follows the history, never in it.
+            self._deferred.append(BufferedItem(data, frame))
+        else:
+            self._outgoing.push(data, frame)
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def unpacked(history: History) -> list[Frame | GenericFrame]:
+    """The frames inside ``history``, histories inside it opened too (a backlog holds the
+    agent's logged reattach histories as entries)."""
+    frames: list[Frame | GenericFrame] = []
+    for raw in history.payload.frames:
+        try:
+            inner = codec.decode(raw)
+        except ProtocolError:
+            continue  # what the master logged was checked; tolerate entries of older builds
+        if isinstance(inner, History):
+            frames.extend(unpacked(inner))
+        else:
+            frames.append(inner)
+    return frames
+
+
+def create_spec(create: CreateSpec | str | bool | None) -> CreateSpec | None:
+    """The create spec a ``create=`` argument stands for (None: do not create)."""
+    if create is None or create is False:
+        return None
+    if create is True:
+        return CreateSpec()
+    if isinstance(create, str):
+        return CreateSpec(name=create)
+    return create
+
+
+def is_request(frame: Frame) -> bool:
+    """A frame that asks the master to act (notes §9) rather than one the log keeps."""
+    if isinstance(frame, Deleted):
+        return True
+    return isinstance(frame, SessionError) and frame.payload.fatal
