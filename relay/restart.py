@@ -29,6 +29,7 @@ from protocol.errors import StoreError, StoreUnavailableError
 from protocol.finalize import finalize
 
 from .recovery import last_received
+from .session import presence_change
 
 if TYPE_CHECKING:
     from .hub import Hub
@@ -67,6 +68,7 @@ async def _recover(hub: Hub, session_id: str) -> bool:
     store = hub.store
     async with session.lock:
         now_ms = int(time.time() * 1000)
+        changes = []
         for record in await store.list_participants(session_id):
             if not record.attached:
                 continue  # nobody is attached before this process listens
@@ -76,9 +78,10 @@ async def _recover(hub: Hub, session_id: str) -> bool:
                 record.last_received_message_id = await last_received(store, session_id, record)
             await store.put_participant(session_id, record)
             await store.set_deadline(hub.deadline_for(session_id, record.participant_id))
-            presence = session._presence(record, "detached")
-            if not await session.append_master([presence], exclude=record.participant_id):
-                raise StoreUnavailableError("restart recovery could not log the presence")
+            changes.append(presence_change(record, "detached"))
+        # one coalesced frame for all of them (docs/protocol.md §5 item 11)
+        if not await session.log_presence(changes):
+            raise StoreUnavailableError("restart recovery could not log the presence")
         synthetic = finalize(session.state, session_id=session_id, sender=hub.master_sender)
         if not synthetic:
             return False

@@ -290,8 +290,10 @@ export class SessionView {
     this.lastSeq = f.seq;
     if (this.finalizedLocally) this.makeFinal(); // live frames without a backlog first
     if (f.type === "session.presence") {
-      const p = f.payload;
-      this.participants.set(p.participant_id, { role: p.role, state: p.state });
+      // coalesced presence: `changes` lists every change of the frame, in order
+      for (const p of f.payload.changes || [f.payload]) {
+        this.participants.set(p.participant_id, { role: p.role, state: p.state });
+      }
     }
     return this.fold(f, f.sender ? f.sender.role : "master");
   }
