@@ -225,7 +225,9 @@ async def role_storm_attach(cfg: dict[str, Any], _commands_obj: Any) -> None:
         peer.on_message = _ignore  # type: ignore[method-assign]  # count attaches, parse nothing
     _emit("ready")
     await _wait(queue, "go")
-    seconds, times, failures = await _attach_edges(cfg, edges, cfg.get("concurrency", 100), resume=False)
+    seconds, times, failures = await _attach_edges(
+        cfg, edges, cfg.get("concurrency", 100), resume=False
+    )
     _emit(
         "attached",
         seconds=seconds,
@@ -253,7 +255,8 @@ async def role_storm(cfg: dict[str, Any], _commands_obj: Any) -> None:
             frames = streams[c.session_id].take(n)
             c.wait_ack = json.loads(frames[-1])["message_id"]
             c.acked.clear()
-            assert c.conn is not None and c.conn.transport is not None
+            assert c.conn is not None
+            assert c.conn.transport is not None
             for f in frames:
                 c.conn.transport.send(WSMsgType.TEXT, f)
         await asyncio.wait_for(asyncio.gather(*(c.acked.wait() for c in clients)), 60)
@@ -270,7 +273,9 @@ async def role_storm(cfg: dict[str, Any], _commands_obj: Any) -> None:
     await send(cfg["frames_during"])
     _emit("dropped")
     await _wait(queue, "reconnect")
-    seconds, times, failures = await _attach_edges(cfg, edges, len(edges), resume=True)
+    # every edge at once, up to ``storm_in_flight`` handshakes (1,000 edges: all of them)
+    in_flight = min(len(edges), int(cfg.get("storm_in_flight", 1000)))
+    seconds, times, failures = await _attach_edges(cfg, edges, in_flight, resume=True)
     _emit("reconnected", seconds=seconds, failures=failures, ms=percentiles(times))
     await _wait(queue, "verify")
     expected = cfg["frames_before"] + cfg["frames_during"]
