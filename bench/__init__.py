@@ -12,8 +12,8 @@ Each benchmark is a module of this package that defines
 headline figure next to its baseline and aim. :func:`measure` is the shared timing loop.
 
 The relay benchmarks (``throughput``, ``latency``, ``reattach``, ``churn``, ``storm``,
-``memory``, ``fuzz``, ``faults``) run the relay under test as its own process on 127.0.0.1 and the load
-as separate, bounded processes that stop by themselves:
+``memory``, ``fuzz``, ``faults``) run the relay under test as its own process on 127.0.0.1
+and the load as separate, bounded processes that stop by themselves:
 
 * ``_master`` — the master as ``rawp serve`` builds it, plus profiling and a control channel;
 * ``baseline_relay`` — the baseline: a minimal websockets fan-out relay;
