@@ -11,13 +11,15 @@ Each benchmark is a module of this package that defines
 ``bench/results/<NAME>.json`` and ``bench/results/<NAME>.md``, then ``summary.md`` with every
 headline figure next to its baseline and aim. :func:`measure` is the shared timing loop.
 
-The relay benchmarks (``throughput``, ``latency``, ``reattach``, ``churn``, ``memory``,
-``fuzz``, ``faults``) run the relay under test as its own process on 127.0.0.1 and the load
-as separate, bounded processes that stop by themselves:
+The relay benchmarks (``throughput``, ``latency``, ``reattach``, ``churn``, ``storm``,
+``memory``, ``fuzz``, ``faults``) run the relay under test as its own process on 127.0.0.1
+and the load as separate, bounded processes that stop by themselves:
 
 * ``_master`` — the master as ``rawp serve`` builds it, plus profiling and a control channel;
 * ``baseline_relay`` — the baseline: a minimal websockets fan-out relay;
-* ``_loadgen`` — load-generator processes (JSON lines on stdin/stdout);
+* ``_loadgen`` — load-generator processes (JSON lines on stdin/stdout); its ``storm`` roles
+  (``_stormgen``) use picows clients (bench dependency group), so the generator is not
+  the bottleneck of an attach-rate measurement;
 * ``_wsraw`` — a minimal RFC 6455 client on raw sockets (cheap enough for 10,000 edges, and
   able to send what a correct client never does); ``_workload`` — the frames;
 * ``_procs``, ``_profile``, ``_report`` — processes, py-spy/cProfile summaries, tables.

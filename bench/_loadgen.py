@@ -540,7 +540,16 @@ ROLES = {
     "latency": role_latency,
     "idle": role_idle,
     "churn": role_churn,
+    "storm_attach": lambda cfg, commands: _storm("role_storm_attach", cfg, commands),
+    "storm": lambda cfg, commands: _storm("role_storm", cfg, commands),
 }
+
+
+async def _storm(role: str, cfg: dict[str, Any], commands: Commands) -> None:
+    """The picows roles of :mod:`bench.storm` (imported only when asked: picows is a bench dep)."""
+    from . import _stormgen
+
+    await getattr(_stormgen, role)(cfg, commands)
 
 
 async def _main(role: str, cfg: dict[str, Any]) -> None:

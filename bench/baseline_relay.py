@@ -93,6 +93,7 @@ async def _serve(args: argparse.Namespace) -> None:
         compression=None,
         ping_interval=20,
         ping_timeout=20,
+        backlog=4096,  # as the master's listener (relay/server.py)
     ) as server:
         port = next(iter(server.sockets)).getsockname()[1]
         print(f"baseline relay: ws ws://{args.host}:{port}/v1/ws", flush=True)

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from .case import FEATURES, CaseFailed, expect
 from .runner import Context, ProbeBody
+from .wire import presence_change
 
 __all__ = ["PROBES", "probe"]
 
@@ -37,13 +38,8 @@ def probe(name: str) -> Callable[[ProbeBody], ProbeBody]:
 
 def _presence_about(pid: str, state: str) -> Callable[[dict[str, Any]], bool]:
     def match(frame: dict[str, Any]) -> bool:
-        payload = frame.get("payload", {})
-        return (
-            frame.get("type") == "session.presence"
-            and isinstance(payload, dict)
-            and payload.get("participant_id") == pid
-            and payload.get("state") == state
-        )
+        change = presence_change(frame, pid)  # one change, or coalesced ones
+        return change is not None and change.get("state") == state
 
     return match
 

@@ -32,6 +32,7 @@ import aiohttp
 from .case import FEATURES, Case, CaseFailed, CaseSkipped, Feature
 from .peer import HandshakeRefused, Peer
 from .transcript import Transcript
+from .wire import presence_change
 
 __all__ = [
     "PROBE_TIMEOUT_S",
@@ -160,13 +161,8 @@ class Context:
         if watcher is not None and self.has("presence"):
 
             def gone(frame: dict[str, Any]) -> bool:
-                payload = frame.get("payload", {})
-                return (
-                    frame.get("type") == "session.presence"
-                    and isinstance(payload, dict)
-                    and payload.get("participant_id") == pid
-                    and payload.get("state") in ("detached", "expired")
-                )
+                change = presence_change(frame, pid)  # one change, or coalesced ones
+                return change is not None and change.get("state") in ("detached", "expired")
 
             await watcher.recv_until(gone, what=f"presence detached of {peer.label}")
             return True

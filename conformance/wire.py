@@ -20,6 +20,7 @@ __all__ = [
     "is_synthetic",
     "new_id",
     "now_iso",
+    "presence_change",
     "sender_role",
     "usage_payload",
 ]
@@ -27,6 +28,24 @@ __all__ = [
 PROTOCOL_VERSION: Final = "1.0.2"
 SUBPROTOCOL: Final = "rawp.1"
 PRESENCE: Final = "session.presence"
+
+
+def presence_change(frame: dict[str, Any], pid: str) -> dict[str, Any] | None:
+    """The last change about ``pid`` in a ``session.presence`` frame, else None.
+
+    A coalesced frame (docs/protocol.md §5 item 11) lists its changes in ``changes``; the
+    one-change shape has them at the top level of the payload.
+    """
+    payload = frame.get("payload")
+    if frame.get("type") != PRESENCE or not isinstance(payload, dict):
+        return None
+    changes = payload.get("changes")
+    items = changes if isinstance(changes, list) and changes else [payload]
+    found = None
+    for item in items:
+        if isinstance(item, dict) and item.get("participant_id") == pid:
+            found = item
+    return found
 
 
 def new_id() -> str:

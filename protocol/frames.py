@@ -63,6 +63,7 @@ __all__ = [
     "MessageUsage",
     "Metadata",
     "Presence",
+    "PresenceChange",
     "PresencePayload",
     "PreservedElements",
     "Received",
@@ -309,12 +310,44 @@ class AckPayload(_Payload):
     last_message_id: str | None = None
 
 
-class PresencePayload(_Payload):
-    """A participant attached, detached or expired."""
+class PresenceChange(_Payload):
+    """One participant's presence change inside a coalesced ``session.presence``."""
 
     participant_id: Id
     role: Role
     state: Literal["attached", "detached", "expired"]
+
+
+class PresencePayload(_Payload):
+    """A participant attached, detached or expired; ``changes``: several at once.
+
+    A coalesced frame (docs/protocol.md "Presence") lists every change of one delivery step
+    in ``changes``, in order; the top-level fields repeat the first change, so a reader that
+    knows only the one-change shape still reads a valid (partial) presence frame.
+    """
+
+    participant_id: Id
+    role: Role
+    state: Literal["attached", "detached", "expired"]
+    changes: list[PresenceChange] | None = None
+
+    def all_changes(self) -> list[PresenceChange]:
+        """The changes this frame reports, in order (one for the one-change shape)."""
+        if self.changes:
+            return self.changes
+        return [
+            PresenceChange(participant_id=self.participant_id, role=self.role, state=self.state)
+        ]
+
+    def __post_init__(self) -> None:
+        if self.changes is not None:
+            first = self.changes[0] if self.changes else None
+            if first is None or (first.participant_id, first.role, first.state) != (
+                self.participant_id,
+                self.role,
+                self.state,
+            ):
+                raise ValueError("changes must be non-empty and start with the top-level change")
 
 
 # --- §7.1 history -----------------------------------------------------------------------
@@ -582,7 +615,7 @@ class Ack(Frame, tag="connection.ack"):
 
 
 class Presence(Frame, tag="session.presence"):
-    """Presence change of one participant (M)."""
+    """Presence change of one participant, or coalesced changes of several (M)."""
 
     payload: PresencePayload
 

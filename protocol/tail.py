@@ -182,8 +182,8 @@ class TailPrinter:
             if frame.synthetic:
                 self._line(f"  (agent idle{synthetic})")
         elif isinstance(frame, Presence):
-            p_p = frame.payload
-            self._line(f"· {p_p.role} {p_p.participant_id[:12]} {p_p.state}")
+            for p_p in frame.payload.all_changes():
+                self._line(f"· {p_p.role} {p_p.participant_id[:12]} {p_p.state}")
         elif isinstance(frame, Renamed):
             p_r = frame.payload
             self._line(f"· renamed to {_quoted(p_r.name)} by {p_r.renamed_by}")

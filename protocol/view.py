@@ -217,7 +217,8 @@ class SessionView:
             # A live frame without a backlog first: the local finalization stands (§7.8.3).
             self._make_final()
         if isinstance(frame, Presence):
-            self.participants[frame.payload.participant_id] = frame.payload.state
+            for change in frame.payload.all_changes():  # coalesced: several, in order
+                self.participants[change.participant_id] = change.state
         return self.fold(frame, role)
 
     def fold(self, frame: Frame | GenericFrame, role: SenderRole) -> bool:

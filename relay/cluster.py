@@ -447,12 +447,15 @@ class ClusterNode(Node):
                     frame = codec.decode(entry.data)
                 except ProtocolError:
                     return
-                if isinstance(frame, Presence) and frame.payload.role == "client":
-                    pid = frame.payload.participant_id
-                    if frame.payload.state == "attached":
-                        session.client_id = pid
-                    elif frame.payload.state == "expired" and session.client_id == pid:
-                        session.client_id = None
+                if isinstance(frame, Presence):
+                    for change in frame.payload.all_changes():  # coalesced: several
+                        if change.role != "client":
+                            continue
+                        pid = change.participant_id
+                        if change.state == "attached":
+                            session.client_id = pid
+                        elif change.state == "expired" and session.client_id == pid:
+                            session.client_id = None
                 elif isinstance(frame, Renamed):
                     session.header.name = frame.payload.name
 

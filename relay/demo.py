@@ -220,12 +220,14 @@ class DemoAgent:
                     waiting.set_result(frame.payload.response)
             elif isinstance(frame, Cancel):
                 self.cancelled.set()
-            elif isinstance(frame, Presence) and frame.payload.role == "edge":
-                pid = frame.payload.participant_id
-                if frame.payload.state == "attached":
-                    self.edges.add(pid)
-                else:
-                    self.edges.discard(pid)
+            elif isinstance(frame, Presence):
+                for change in frame.payload.all_changes():  # coalesced: several
+                    if change.role != "edge":
+                        continue
+                    if change.state == "attached":
+                        self.edges.add(change.participant_id)
+                    else:
+                        self.edges.discard(change.participant_id)
                 if self.edges - self.ignore_edges:
                     self.edge_attached.set()
             elif isinstance(frame, Deleted):

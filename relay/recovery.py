@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING
 from protocol.errors import StoreUnavailableError
 from protocol.finalize import finalize
 
+from .session import presence_change
+
 if TYPE_CHECKING:
     from prometheus_client import Counter
 
@@ -76,6 +78,7 @@ async def recover_locked(
     records = await store.list_participants(session.id)
     now_ms = int(time.time() * 1000)
     lost_client = False
+    changes = []
     for record in records:
         if not record.attached or record.node_id != node_id or record.participant_id in keep:
             continue
@@ -88,9 +91,10 @@ async def recover_locked(
             )
         await store.put_participant(session.id, record)
         await store.set_deadline(hub.deadline_for(session.id, record.participant_id))
-        presence = session._presence(record, "detached")
-        if not await session.append_master([presence], exclude=record.participant_id):
-            raise StoreUnavailableError("recovery could not log the presence")
+        changes.append(presence_change(record, "detached"))
+    # one coalesced frame for all of them (docs/protocol.md §5 item 11)
+    if not await session.log_presence(changes):
+        raise StoreUnavailableError("recovery could not log the presence")
     # A client that detached when ``node_id`` shut down cleanly (1001) was not finalized
     # then; its session is finalized now (§7.8.2 "app restart"). Already final: no frames.
     client = next((r for r in records if r.role == "client"), None)

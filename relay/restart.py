@@ -28,6 +28,8 @@ import structlog
 from protocol.errors import StoreError, StoreUnavailableError
 from protocol.finalize import finalize
 
+from .session import presence_change
+
 if TYPE_CHECKING:
     from protocol.frames import Sender
 
@@ -82,6 +84,7 @@ async def _recover(hub: RecoveringHost, session_id: str) -> bool:
     store = hub.store
     async with session.lock:
         now_ms = int(time.time() * 1000)
+        changes = []
         for record in await store.list_participants(session_id):
             if not record.attached:
                 continue  # nobody is attached before this process listens
@@ -93,9 +96,10 @@ async def _recover(hub: RecoveringHost, session_id: str) -> bool:
                 )
             await store.put_participant(session_id, record)
             await store.set_deadline(hub.deadline_for(session_id, record.participant_id))
-            presence = session._presence(record, "detached")
-            if not await session.append_master([presence], exclude=record.participant_id):
-                raise StoreUnavailableError("restart recovery could not log the presence")
+            changes.append(presence_change(record, "detached"))
+        # one coalesced frame for all of them (docs/protocol.md §5 item 11)
+        if not await session.log_presence(changes):
+            raise StoreUnavailableError("restart recovery could not log the presence")
         synthetic = finalize(session.state, session_id=session_id, sender=hub.master_sender)
         if not synthetic:
             return False

@@ -34,6 +34,7 @@ from .ws import WebSocketEndpoint
 __all__ = ["Master"]
 
 log = structlog.get_logger("rawp.server")
+_LISTEN_BACKLOG = 4096  # pending connections the WebSocket listener queues (see _serve_ws)
 
 
 class Master:
@@ -139,6 +140,10 @@ class Master:
             compression=None,
             ssl=tls,
             server_header="rawp",
+            # A reconnect storm (issue 16: every edge back at once after a restart) overflows
+            # asyncio's default accept backlog of 100: dropped SYNs come back only after the
+            # kernel's 1 s, 3 s, 7 s… retransmits. The kernel caps it at net.core.somaxconn.
+            backlog=_LISTEN_BACKLOG,
         )
 
     def _origins(self) -> frozenset[str]:

@@ -56,6 +56,7 @@ from protocol.frames import (
     History,
     HistoryPayload,
     Presence,
+    PresenceChange,
     PresencePayload,
     Received,
     Renamed,
@@ -93,6 +94,12 @@ _DEPTH: Final = 4
 _BATCHES_PER_HOLD: Final = 16  # then the lock is released, so attaches are not starved
 _FIRST: Final = asyncio.FIRST_COMPLETED
 _MAX_FLUSH_WAIT: Final = 0.02  # seconds: the most a delivery waits for the session's flush
+# Presence (docs/protocol.md "Presence"): with this many local participants or more, the
+# presence changes of one delivery step go out as one coalesced frame; below it, one frame
+# per change at once (the audience is small: coalescing would only delay it).
+_COALESCE_AUDIENCE: Final = 8
+_MIN_PRESENCE_WAIT: Final = 0.0  # seconds: the least ... (one loop step)
+_MAX_PRESENCE_WAIT: Final = 0.05  # ... and the most a presence change waits to coalesce
 _RECENT_IDS: Final = 65536
 _BACKLOG_PAGE: Final = 256  # log entries read at once while a backlog is built
 _SUPERSEDED: Final = CloseCode.SUPERSEDED
@@ -267,6 +274,11 @@ class Session:
         self._delivered = 0  # deliveries not yet added to the frames_out metric
         # notes §16.3: each sender's latest entry committed since the last flush
         self._acks_due: dict[Participant, LogEntry] = {}
+        # Presence changes not yet logged (coalesced, docs/protocol.md "Presence"), and the
+        # task that logs them; the cost of the last coalesced frame paces the next one.
+        self._presence_due: list[PresenceChange] = []
+        self._presence_task: asyncio.Task[None] | None = None
+        self._presence_cost = 0.0
 
     @property
     def worker(self) -> asyncio.Task[None] | None:
@@ -670,15 +682,60 @@ class Session:
             "timestamp": codec.now(),
         }
 
-    def _presence(self, participant: ParticipantRecord, state: str) -> Presence:
+    async def log_presence(self, changes: list[PresenceChange]) -> bool:
+        """Log ``changes`` now as one frame (caller holds the lock); False if not logged."""
+        if not changes:
+            return True
+        exclude = changes[0].participant_id if len(changes) == 1 else None
+        return await self.append_master([self._presence(changes)], exclude=exclude)
+
+    def _presence(self, changes: list[PresenceChange]) -> Presence:
+        first = changes[0]
         return Presence(
             payload=PresencePayload(
-                participant_id=participant.participant_id,
-                role=participant.role,
-                state=state,  # type: ignore[arg-type]
+                participant_id=first.participant_id,
+                role=first.role,
+                state=first.state,
+                changes=changes if len(changes) > 1 else None,
             ),
             **self._envelope(),
         )
+
+    async def _announce(self, record: ParticipantRecord, state: str) -> None:
+        """A presence change (caller holds the lock): logged now, or coalesced (big audience).
+
+        One change is not sent to the participant it is about (notes §15.4); a coalesced
+        frame goes to every attached participant, who reads its own change as a no-op.
+        """
+        self._presence_due.append(presence_change(record, state))
+        if len(self.participants) < _COALESCE_AUDIENCE and self._presence_task is None:
+            await self._log_presence()
+        elif self._presence_task is None:
+            self._presence_task = asyncio.get_running_loop().create_task(self._coalesce())
+
+    async def _log_presence(self) -> None:
+        """Log the presence changes due, in order, as one frame (caller holds the lock)."""
+        due, self._presence_due = self._presence_due, []
+        if due and not self.terminated:
+            await self.log_presence(due)
+
+    async def _coalesce(self) -> None:
+        """Wait one delivery step (paced by the last one's cost), then log what is due."""
+        try:
+            wait = max(_MIN_PRESENCE_WAIT, min(self._presence_cost * 2, _MAX_PRESENCE_WAIT))
+            await asyncio.sleep(wait)
+            async with self.lock, self.hub.cluster.guard(self):
+                self._presence_task = None
+                started = time.perf_counter()
+                await self._log_presence()
+                self._presence_cost = time.perf_counter() - started
+        except StoreUnavailableError:
+            self.hub.schedule_reload(self)
+        except Exception:
+            log.exception("presence_failed", session_id=self.id)
+        finally:
+            if self._presence_task is asyncio.current_task():
+                self._presence_task = None
 
     # --- history from the client (§7.1.1, §7.8.3, notes §15.1, §15.10) -------------------
 
@@ -816,18 +873,15 @@ class Session:
             record = await store.get_participant(self.id, p.participant_id)
             if record is not None and record.role != role:
                 record = None
+        current = self._attached_client()
         if role == "client":
-            current = self._attached_client()
             if current is not None and (record is None or current.id != record.participant_id):
                 raise ClientAttached("another client is attached to this session")
             if self.client_id is not None and (
                 record is None or record.participant_id != self.client_id
             ):
                 await self._expire_record(self.client_id)
-        elif (
-            sum(1 for q in self.participants.values() if q.role == "edge")
-            >= settings.max_edges_per_session
-        ):
+        elif len(self.participants) - (current is not None) >= settings.max_edges_per_session:
             raise Forbidden("this session has its maximum number of edges attached")
         resumed = record is not None
         if record is None:
@@ -869,17 +923,13 @@ class Session:
             self.client_id = record.participant_id
         await store.put_participant(self.id, record)
         if previous is None:
-            await self.append_master(
-                [self._presence(record, "attached")], exclude=record.participant_id
-            )
+            await self._announce(record, "attached")
         participant.outbox.start()
         return participant
 
     def _attached_client(self) -> Participant | None:
-        for q in self.participants.values():
-            if q.role == "client":
-                return q
-        return None
+        q = self.participants.get(self.client_id) if self.client_id is not None else None
+        return q if q is not None and q.role == "client" else None
 
     def _grant(self, asked: Any, previous: BufferGrant | None) -> BufferGrant:
         """Policy: the hello's, else the previous one, else RING at the server cap (§15.5)."""
@@ -1030,9 +1080,7 @@ class Session:
                     return  # [multinode] taken over on another node, or swept: not ours
                 await store.put_participant(self.id, record)
                 await store.set_deadline(self.hub.deadline_for(self.id, record.participant_id))
-                await self.append_master(
-                    [self._presence(record, "detached")], exclude=record.participant_id
-                )
+                await self._announce(record, "detached")
                 if participant.role == "client" and finalize_client:
                     synthetic = finalize(
                         self.state, session_id=self.id, sender=self.hub.master_sender
@@ -1063,7 +1111,7 @@ class Session:
         if participant_id == self.client_id:
             self.client_id = None
         if record is not None:
-            await self.append_master([self._presence(record, "expired")], exclude=participant_id)
+            await self._announce(record, "expired")
 
     # --- termination (§7.5.3, §7.7, notes §9) ---------------------------------------------
 
@@ -1148,6 +1196,15 @@ class Session:
 def _retryable(cause: BaseException) -> bool:
     """A refusal the sender may retry (``store_unavailable``): its re-send must be in order."""
     return isinstance(cause, StoreError) and not isinstance(cause, FormatVersionError)
+
+
+def presence_change(record: ParticipantRecord, state: str) -> PresenceChange:
+    """The presence change ``state`` of the participant of ``record``."""
+    return PresenceChange(
+        participant_id=record.participant_id,
+        role=record.role,
+        state=state,  # type: ignore[arg-type]
+    )
 
 
 def _new_participant_id() -> str:

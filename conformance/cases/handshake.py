@@ -13,7 +13,7 @@ from typing import Any
 from ..case import case, expect, fail, skip
 from ..peer import HandshakeRefused, describe
 from ..runner import Context
-from ..wire import is_synthetic, new_id
+from ..wire import is_synthetic, new_id, presence_change
 
 __all__: list[str] = []
 
@@ -289,20 +289,51 @@ async def presence(ctx: Context) -> None:
     other = await ctx.edge()
     pid = other.participant_id
 
-    def about(f: dict[str, Any]) -> bool:
-        p = f.get("payload", {})
-        return f.get("type") == "session.presence" and p.get("participant_id") == pid
-
+    about = _presence_of(pid)
     frame = (await watcher.recv_until(about, what="presence attached"))[-1]
-    p = frame["payload"]
+    p = _change(frame, pid)
     expect(p.get("state") == "attached", f"presence on attach says {p.get('state')!r}")
     expect(p.get("role") == "edge", f"presence role {p.get('role')!r}, expected edge")
     await other.close()
     frame = (await watcher.recv_until(about, what="presence detached"))[-1]
-    expect(
-        frame["payload"].get("state") == "detached",
-        f"presence on close says {frame['payload'].get('state')!r}, expected detached",
-    )
+    state = _change(frame, pid).get("state")
+    expect(state == "detached", f"presence on close says {state!r}, expected detached")
+
+
+def _fold_presence(roster: dict[str, str], frame: dict[str, Any]) -> None:
+    """Fold a presence frame's changes (one, or coalesced ones, in order) into ``roster``."""
+    if frame.get("type") != "session.presence":
+        return
+    payload = frame.get("payload", {})
+    changes = payload.get("changes") or [payload]
+    for change in changes:
+        roster[change.get("participant_id")] = change.get("state")
+
+
+@case(
+    id="notes-5/presence-burst",
+    level="MUST",
+    description="many edges attaching and closing at once all reach a watcher's presence",
+    kill="coalesce a burst of presence changes into a frame that reports only the first",
+    checks="presence",
+)
+async def presence_burst(ctx: Context) -> None:
+    await ctx.client()
+    watcher = await ctx.edge()
+    burst = await asyncio.gather(*(ctx.edge() for _ in range(12)))
+    ids = {peer.participant_id for peer in burst}
+    roster: dict[str, str] = {}
+
+    def all_in(state: str) -> Any:
+        def match(frame: dict[str, Any]) -> bool:
+            _fold_presence(roster, frame)
+            return all(roster.get(pid) == state for pid in ids)
+
+        return match
+
+    await watcher.recv_until(all_in("attached"), what="presence attached of all 12 edges")
+    await asyncio.gather(*(peer.close() for peer in burst))
+    await watcher.recv_until(all_in("detached"), what="presence detached of all 12 edges")
 
 
 @case(
@@ -372,11 +403,17 @@ def _window_s(ctx: Context, peer: Any) -> float:
 
 
 def _presence_of(pid: str) -> Any:
+    """A matcher: a presence frame with a change about ``pid`` (coalesced or not)."""
+
     def match(frame: dict[str, Any]) -> bool:
-        payload = frame.get("payload", {})
-        return frame.get("type") == "session.presence" and payload.get("participant_id") == pid
+        return presence_change(frame, pid) is not None
 
     return match
+
+
+def _change(frame: dict[str, Any], pid: str) -> dict[str, Any]:
+    """The change about ``pid`` in a presence frame the matcher accepted."""
+    return presence_change(frame, pid) or {}
 
 
 @case(
@@ -395,10 +432,10 @@ async def edge_expiry(ctx: Context) -> None:
     await watcher.recv_until(_presence_of(pid), what="the edge's attach presence")
     gone.drop()
     detached = (await watcher.recv_until(_presence_of(pid), what="presence detached"))[-1]
-    state = detached.get("payload", {}).get("state")
+    state = _change(detached, pid).get("state")
     expect(state == "detached", f"the drop was announced as {state!r}, not detached")
     expired = (await watcher.recv_until(_presence_of(pid), what="presence expired"))[-1]
-    state = expired.get("payload", {}).get("state")
+    state = _change(expired, pid).get("state")
     expect(state == "expired", f"after the window the edge's presence is {state!r}, not expired")
 
 
@@ -455,7 +492,13 @@ async def no_own_presence(ctx: Context) -> None:
     client = await ctx.client()
     edge = await ctx.edge()
     (before,) = await ctx.barrier(client, [edge])
-    own = [f for f in before if _presence_of(edge.participant_id)(f)]
+    # A coalesced frame about several goes to everyone (docs/protocol.md §5 item 11); a
+    # frame about this participant alone must not reach it.
+    own = [
+        f
+        for f in before
+        if _presence_of(edge.participant_id)(f) and not f.get("payload", {}).get("changes")
+    ]
     expect(not own, f"the edge got {len(own)} presence frame(s) about itself")
 
 
@@ -475,7 +518,7 @@ async def new_client_replaces_detached(ctx: Context) -> None:
     expect(new.participant_id != old.participant_id, "the new client got the old one's id")
     if ctx.has("presence"):
         frame = (await edge.recv_until(_presence_of(old.participant_id), what="expired"))[-1]
-        state = frame.get("payload", {}).get("state")
+        state = _change(frame, old.participant_id).get("state")
         expect(state == "expired", f"the replaced client's presence is {state!r}, not expired")
         return
     ctx.note("no presence: waited for the old client to leave GET /v1/sessions/{id}")

@@ -23,8 +23,6 @@ ALLOWED: Final = frozenset(
         Reach("relay/cluster.py", "relay/session.py", "_wake"),
         Reach("relay/cluster.py", "relay/session.py", "_worker"),
         Reach("relay/hub.py", "relay/session.py", "_terminate"),
-        Reach("relay/recovery.py", "relay/session.py", "_presence"),
-        Reach("relay/restart.py", "relay/session.py", "_presence"),
     }
 )
 

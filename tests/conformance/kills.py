@@ -53,6 +53,7 @@ from protocol.frames import (
     GenericFrame,
     Metadata,
     Policy,
+    PresenceChange,
     Sender,
     SessionError,
     TextDone,
@@ -61,7 +62,7 @@ from protocol.frames import (
 )
 from protocol.state import Phase, Rule
 from relay.session import Participant, Session
-from relay.store.base import LogEntry, ParticipantRecord
+from relay.store.base import LogEntry
 from tests.conformance.switches import SWITCHES
 
 __all__ = ["KILLS", "Kill"]
@@ -200,7 +201,16 @@ def _exact_version_only(mp: pytest.MonkeyPatch) -> None:
 
 @kill("notes-5/presence")
 def _presence_always_attached(mp: pytest.MonkeyPatch) -> None:
-    _wrap(mp, Session, "_presence", lambda orig: lambda self, p, state: orig(self, p, "attached"))
+    _wrap(mp, Session, "_announce", lambda orig: lambda self, p, state: orig(self, p, "attached"))
+
+
+@kill("notes-5/presence-burst")
+def _coalesced_first_only(mp: pytest.MonkeyPatch) -> None:
+    # coalesce every change for a long step, then report only the first of each frame
+    mp.setattr(relay.session, "_COALESCE_AUDIENCE", 1)
+    mp.setattr(relay.session, "_MIN_PRESENCE_WAIT", 0.5)
+    mp.setattr(relay.session, "_MAX_PRESENCE_WAIT", 0.5)
+    _wrap(mp, Session, "_presence", lambda orig: lambda self, changes: orig(self, changes[:1]))
 
 
 @kill("notes-2/frame-too-big-1009")
@@ -553,8 +563,8 @@ def _presence_after_deleted(mp: pytest.MonkeyPatch) -> None:
         async def append_master(self: Session, frames: Any, **kwargs: Any) -> bool:
             frames = list(frames)
             if frames and isinstance(frames[-1], Deleted):
-                ghost = ParticipantRecord(participant_id="p-ghost", role="edge")
-                frames.append(self._presence(ghost, "expired"))
+                ghost = PresenceChange(participant_id="p-ghost", role="edge", state="expired")
+                frames.append(self._presence([ghost]))
             return await orig(self, frames, **kwargs)  # type: ignore[no-any-return]
 
         return append_master
@@ -862,12 +872,12 @@ def _own_frames_in_backlog(mp: pytest.MonkeyPatch) -> None:
 @kill("notes-5/edge-expiry-presence")
 def _expired_as_detached(mp: pytest.MonkeyPatch) -> None:
     def make(orig: Any) -> Any:
-        def presence(self: Session, participant: Any, state: str) -> Any:
+        def announce(self: Session, participant: Any, state: str) -> Any:
             return orig(self, participant, "detached" if state == "expired" else state)
 
-        return presence
+        return announce
 
-    _wrap(mp, Session, "_presence", make)
+    _wrap(mp, Session, "_announce", make)
 
 
 @kill("notes-5/reattach-within-window")

@@ -106,9 +106,29 @@ def session_error(code: str = "oops", fatal: bool = False, **kw: Any) -> F.Frame
     return build(F.SessionError, payload, **kw)
 
 
-def presence(state: str = "attached", **kw: Any) -> F.Frame:
-    payload = F.PresencePayload(participant_id="p-e", role="edge", state=state)  # type: ignore[arg-type]
+def presence(
+    state: str = "attached", *, changes: list[tuple[str, str, str]] | None = None, **kw: Any
+) -> F.Frame:
+    """One presence change of ``p-e``; with ``changes`` (id, role, state) a coalesced frame."""
+    if changes:
+        items = [
+            F.PresenceChange(participant_id=pid, role=role, state=st_)  # type: ignore[arg-type]
+            for pid, role, st_ in changes
+        ]
+        first = items[0]
+        payload = F.PresencePayload(
+            participant_id=first.participant_id, role=first.role, state=first.state, changes=items
+        )
+    else:
+        payload = F.PresencePayload(participant_id="p-e", role="edge", state=state)  # type: ignore[arg-type]
     return build(F.Presence, payload, **kw)
+
+
+_PRESENCE_CHANGE = st.tuples(
+    st.sampled_from(["p-e", "p-f", "p-g", "p-c"]),
+    st.sampled_from(["edge", "client"]),
+    st.sampled_from(["attached", "detached", "expired"]),
+)
 
 
 def agent_state(value: str, **kw: Any) -> F.Frame:
@@ -401,7 +421,11 @@ def frames_of_type(draw: st.DrawFn, tag: str, state: SessionState) -> F.Frame:
     elif tag == "connection.ack":
         frame = ack(draw(st.integers(0, 5)), **kw)
     elif tag == "session.presence":
-        frame = presence(**kw)
+        # coalesced presence (docs/protocol.md §5 item 11) half of the time
+        coalesced = draw(st.one_of(st.none(), st.lists(_PRESENCE_CHANGE, min_size=2, max_size=5)))
+        frame = presence(
+            draw(st.sampled_from(["attached", "detached", "expired"])), changes=coalesced, **kw
+        )
     elif tag == "session.history":
         frame = history([user_message()], truncated=draw(st.booleans()), **kw)
     elif tag == "session.turn.start":

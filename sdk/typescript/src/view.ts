@@ -490,7 +490,9 @@ export class SessionView {
     this.lastMessageId = frame.message_id;
     if (this.state.finalizedLocally && this.state.finalized) this.makeFinal();
     if (isKnown(frame) && frame.type === "session.presence") {
-      this.participants[frame.payload.participant_id] = frame.payload.state;
+      // Coalesced presence (docs/protocol.md "Presence"): `changes` lists them all, in order.
+      const p = frame.payload;
+      for (const c of p.changes ?? [p]) this.participants[c.participant_id] = c.state;
     }
     return this.fold(frame, role);
   }

@@ -236,7 +236,7 @@ export interface AckPayload {
   [k: string]: unknown | undefined;
 }
 /**
- * Presence change of one participant (M).
+ * Presence change of one participant, or coalesced changes of several (M).
  */
 export interface Presence {
   /**
@@ -259,9 +259,26 @@ export interface Presence {
   [k: string]: unknown | undefined;
 }
 /**
- * A participant attached, detached or expired.
+ * A participant attached, detached or expired; ``changes``: several at once.
+ *
+ * A coalesced frame (docs/protocol.md "Presence") lists every change of one delivery step
+ * in ``changes``, in order; the top-level fields repeat the first change, so a reader that
+ * knows only the one-change shape still reads a valid (partial) presence frame.
  */
 export interface PresencePayload {
+  changes?: PresenceChange[] | null;
+  /**
+   * An opaque identifier.
+   */
+  participant_id: string;
+  role: "client" | "edge";
+  state: "attached" | "detached" | "expired";
+  [k: string]: unknown | undefined;
+}
+/**
+ * One participant's presence change inside a coalesced ``session.presence``.
+ */
+export interface PresenceChange {
   /**
    * An opaque identifier.
    */

@@ -1473,7 +1473,7 @@ export const ANY_FRAME_SCHEMA: unknown = {
       "type": "object"
     },
     "Presence": {
-      "description": "Presence change of one participant (M).",
+      "description": "Presence change of one participant, or coalesced changes of several (M).",
       "properties": {
         "message_id": {
           "description": "An opaque identifier.",
@@ -1548,9 +1548,54 @@ export const ANY_FRAME_SCHEMA: unknown = {
       "title": "Presence",
       "type": "object"
     },
-    "PresencePayload": {
-      "description": "A participant attached, detached or expired.",
+    "PresenceChange": {
+      "description": "One participant's presence change inside a coalesced ``session.presence``.",
       "properties": {
+        "participant_id": {
+          "description": "An opaque identifier.",
+          "maxLength": 256,
+          "minLength": 1,
+          "type": "string"
+        },
+        "role": {
+          "enum": [
+            "client",
+            "edge"
+          ]
+        },
+        "state": {
+          "enum": [
+            "attached",
+            "detached",
+            "expired"
+          ]
+        }
+      },
+      "required": [
+        "participant_id",
+        "role",
+        "state"
+      ],
+      "title": "PresenceChange",
+      "type": "object"
+    },
+    "PresencePayload": {
+      "description": "A participant attached, detached or expired; ``changes``: several at once.\n\nA coalesced frame (docs/protocol.md \"Presence\") lists every change of one delivery step\nin ``changes``, in order; the top-level fields repeat the first change, so a reader that\nknows only the one-change shape still reads a valid (partial) presence frame.",
+      "properties": {
+        "changes": {
+          "anyOf": [
+            {
+              "items": {
+                "$ref": "#/$defs/PresenceChange"
+              },
+              "type": "array"
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
+        },
         "participant_id": {
           "description": "An opaque identifier.",
           "maxLength": 256,

@@ -1,0 +1,327 @@
+"""Server-bound load generator roles for :mod:`bench.storm` (picows clients, uvloop).
+
+picows parses frames in C, so one process attaches thousands of connections without being
+the bottleneck (the websockets client saturates first). Roles, run by ``bench._loadgen``:
+
+* ``storm_attach`` — one client per session (``create``, untimed, skipped for the minimal
+  server), then on ``go`` attaches ``edges_per_session`` edges to each session, at most
+  ``concurrency`` handshakes in flight, timing connect → welcome; ``close`` closes them.
+* ``storm`` — clients and edges attach; the clients send ``frames_before`` frames each
+  (every edge receives them live); on ``drop`` every edge's TCP connection is cut at once
+  (no closing handshake) and each client sends ``frames_during`` more; on ``reconnect``
+  every edge reattaches at once with its participant id and ``resume.last_seq``, timed
+  until its ``session.history`` is in; then ``verify``: every edge's client frames are the
+  session's, in order, each once, none lost, and every edge's presence roster (folded from
+  live frames and histories, coalesced or not) shows every other edge of its session
+  attached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import msgspec
+from picows import WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
+
+from ._procs import API_KEY, percentiles
+from ._workload import AgentStream, hello
+
+_decode = msgspec.json.Decoder().decode
+
+
+def _emit(event: str, **data: Any) -> None:
+    print(json.dumps({"event": event, **data}), flush=True)
+
+
+class Conn(WSListener):  # type: ignore[misc]
+    """One connection: the first message (the welcome) resolves ``welcomed``."""
+
+    def __init__(self, owner: Peer) -> None:
+        self.owner = owner
+        self.transport: WSTransport | None = None
+        self.welcomed: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.closed = asyncio.get_running_loop().create_future()
+        self.close_code: int | None = None
+
+    def on_ws_connected(self, transport: WSTransport) -> None:
+        self.transport = transport
+
+    def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
+        kind = frame.msg_type
+        if kind == WSMsgType.TEXT:
+            data = frame.get_payload_as_bytes()
+            if not self.welcomed.done():
+                self.welcomed.set_result(json.loads(data))
+                return
+            self.owner.on_message(data)
+        elif kind == WSMsgType.CLOSE:
+            self.close_code = int(frame.get_close_code())
+            transport.send_close(frame.get_close_code())
+            transport.disconnect()
+
+    def on_ws_disconnected(self, transport: WSTransport) -> None:
+        if not self.welcomed.done():
+            self.welcomed.set_exception(ConnectionError(f"closed {self.close_code}"))
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
+class Peer:
+    """An edge (or client) across its connections: seqs of client frames, roster, history."""
+
+    def __init__(self, index: int, session_id: str) -> None:
+        self.index = index
+        self.session_id = session_id
+        self.pid: str | None = None
+        self.conn: Conn | None = None
+        self.last_seq = 0
+        self.client_seqs: list[int] = []
+        self.disorder = 0
+        self.lost = 0
+        self.histories = 0
+        self.roster: dict[str, str] = {}
+        self.history_in: asyncio.Future[float] | None = None
+        self.acked_id: str | None = None
+        self.acked = asyncio.Event()
+        self.wait_ack: str | None = None
+
+    def on_message(self, data: bytes) -> None:
+        msg = _decode(data)  # msgspec: coalesced presence frames to 1,000 edges add up
+        kind = msg.get("type")
+        if kind == "session.history" and msg.get("seq") is None:
+            self.histories += 1
+            self.lost += int(msg["payload"]["buffer_status"].get("lost_frame_count") or 0)
+            for inner in msg["payload"]["frames"]:
+                self._logged(inner)
+            if self.history_in is not None and not self.history_in.done():
+                self.history_in.set_result(time.perf_counter())
+            return
+        if kind == "connection.ack":
+            if msg["payload"].get("last_message_id") == self.wait_ack:
+                self.acked.set()
+            return
+        if msg.get("seq") is not None:
+            self._logged(msg)
+
+    def _logged(self, msg: dict[str, Any]) -> None:
+        seq = int(msg["seq"])
+        if seq <= self.last_seq:
+            self.disorder += 1
+            return
+        self.last_seq = seq
+        if msg.get("type") == "session.presence":
+            p = msg["payload"]
+            for change in p.get("changes") or [p]:
+                self.roster[change["participant_id"]] = change["state"]
+        elif (msg.get("sender") or {}).get("role") == "client":
+            self.client_seqs.append(seq)
+
+
+def _ignore(data: bytes) -> None:
+    """What an attach-rate edge does with frames after its welcome."""
+
+
+def _url(cfg: dict[str, Any]) -> str:
+    return f"ws://{cfg['host']}:{cfg['port']}{cfg.get('path', '/v1/ws')}"
+
+
+async def _open(cfg: dict[str, Any], peer: Peer, hello_bytes: bytes) -> dict[str, Any]:
+    transport, conn = await ws_connect(
+        lambda: Conn(peer),
+        _url(cfg),
+        extra_headers={"Sec-WebSocket-Protocol": "rawp.1"},
+        websocket_handshake_timeout=30,
+    )
+    assert isinstance(conn, Conn)
+    transport.send(WSMsgType.TEXT, hello_bytes)
+    welcome = await asyncio.wait_for(conn.welcomed, 30)
+    peer.conn = conn
+    return welcome
+
+
+async def _clients(cfg: dict[str, Any]) -> list[Peer]:
+    clients = [Peer(-1, sid) for sid in cfg["sessions"]]
+    gate = asyncio.Semaphore(100)
+
+    async def one(c: Peer) -> None:
+        async with gate:
+            w = await _open(cfg, c, hello(c.session_id, "client", API_KEY, create=True))
+            c.pid = w["payload"]["participant_id"]
+
+    await asyncio.gather(*(one(c) for c in clients))
+    return clients
+
+
+async def _attach_edges(
+    cfg: dict[str, Any], edges: list[Peer], concurrency: int, *, resume: bool
+) -> tuple[float, list[float], int]:
+    """Attach (or reattach) ``edges``; (seconds, per-edge ms to welcome+history, failures)."""
+    gate = asyncio.Semaphore(concurrency)
+    times: list[float] = []
+    failures = 0
+
+    async def one(e: Peer) -> None:
+        nonlocal failures
+        async with gate:
+            for _attempt in range(10):
+                t = time.perf_counter()
+                kwargs: dict[str, Any] = {}
+                if resume:
+                    kwargs = {"participant_id": e.pid, "resume": {"last_seq": e.last_seq}}
+                    e.history_in = asyncio.get_running_loop().create_future()
+                try:
+                    w = await _open(cfg, e, hello(e.session_id, "edge", API_KEY, **kwargs))
+                    if resume:
+                        assert e.history_in is not None
+                        await asyncio.wait_for(e.history_in, 30)
+                except (ConnectionError, OSError, TimeoutError, Exception):
+                    failures += 1
+                    await asyncio.sleep(0.05)
+                    continue
+                p = w.get("payload", {})
+                if not resume:
+                    e.pid = p.get("participant_id")
+                    e.last_seq = int(p.get("session", {}).get("head_seq", 0))
+                times.append((time.perf_counter() - t) * 1000)
+                return
+            raise RuntimeError(f"edge {e.index} could not attach")
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(e) for e in edges))
+    return time.perf_counter() - t0, times, failures
+
+
+def _close_all(peers: list[Peer]) -> None:
+    for p in peers:
+        if p.conn is not None and p.conn.transport is not None:
+            p.conn.transport.disconnect(graceful=False)
+
+
+async def _commands() -> asyncio.Queue[dict[str, Any]]:
+    from ._loadgen import Commands
+
+    commands = Commands()
+    await commands.start()
+    return commands.queue
+
+
+async def _wait(queue: asyncio.Queue[dict[str, Any]], cmd: str) -> None:
+    while True:
+        message = await queue.get()
+        if message.get("cmd") in (cmd, "eof"):
+            if message.get("cmd") == "eof":
+                raise SystemExit(0)
+            return
+
+
+async def role_storm_attach(cfg: dict[str, Any], _commands_obj: Any) -> None:
+    queue = _commands_obj.queue
+    minimal = bool(cfg.get("minimal"))
+    clients = [] if minimal else await _clients(cfg)
+    edges = [
+        Peer(i, sid) for i, sid in enumerate(s for s in cfg["sessions"] for _ in range(cfg["eps"]))
+    ]
+    for peer in edges + clients:
+        peer.on_message = _ignore  # type: ignore[method-assign]  # count attaches, parse nothing
+    _emit("ready")
+    await _wait(queue, "go")
+    seconds, times, failures = await _attach_edges(
+        cfg, edges, cfg.get("concurrency", 100), resume=False
+    )
+    _emit(
+        "attached",
+        seconds=seconds,
+        edges=len(edges),
+        failures=failures,
+        ms=percentiles(times),
+    )
+    await _wait(queue, "close")
+    _close_all(edges + clients)
+    await asyncio.sleep(0.2)
+    _emit("closed")
+
+
+async def role_storm(cfg: dict[str, Any], _commands_obj: Any) -> None:
+    queue = _commands_obj.queue
+    clients = await _clients(cfg)
+    streams = {c.session_id: AgentStream(c.session_id, seed=i) for i, c in enumerate(clients)}
+    edges = [
+        Peer(i, sid) for i, sid in enumerate(s for s in cfg["sessions"] for _ in range(cfg["eps"]))
+    ]
+    await _attach_edges(cfg, edges, 200, resume=False)
+
+    async def send(n: int) -> None:
+        for c in clients:
+            frames = streams[c.session_id].take(n)
+            c.wait_ack = json.loads(frames[-1])["message_id"]
+            c.acked.clear()
+            assert c.conn is not None
+            assert c.conn.transport is not None
+            for f in frames:
+                c.conn.transport.send(WSMsgType.TEXT, f)
+        await asyncio.wait_for(asyncio.gather(*(c.acked.wait() for c in clients)), 60)
+
+    await send(cfg["frames_before"])
+    expected = cfg["frames_before"]
+    deadline = time.monotonic() + 60
+    while any(len(e.client_seqs) < expected for e in edges) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    _emit("steady", edges=len(edges))
+    await _wait(queue, "drop")
+    _close_all(edges)  # the network drops: no closing handshake
+    await asyncio.gather(*(e.conn.closed for e in edges if e.conn is not None))
+    await send(cfg["frames_during"])
+    _emit("dropped")
+    await _wait(queue, "reconnect")
+    # every edge at once, up to ``storm_in_flight`` handshakes (1,000 edges: all of them)
+    in_flight = min(len(edges), int(cfg.get("storm_in_flight", 1000)))
+    seconds, times, failures = await _attach_edges(cfg, edges, in_flight, resume=True)
+    _emit("reconnected", seconds=seconds, failures=failures, ms=percentiles(times))
+    await _wait(queue, "verify")
+    expected = cfg["frames_before"] + cfg["frames_during"]
+    by_session: dict[str, list[Peer]] = {}
+    for e in edges:
+        by_session.setdefault(e.session_id, []).append(e)
+
+    def roster_ok(e: Peer) -> bool:
+        return all(
+            e.roster.get(o.pid or "") == "attached" for o in by_session[e.session_id] if o is not e
+        )
+
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not all(
+        len(e.client_seqs) >= expected and roster_ok(e) for e in edges
+    ):
+        await asyncio.sleep(0.1)
+    exact = 0
+    problems: list[str] = []
+    for _sid, group in by_session.items():
+        reference = group[0].client_seqs
+        for e in group:
+            ok = (
+                len(e.client_seqs) == expected
+                and e.client_seqs == reference
+                and e.disorder == 0
+                and e.lost == 0
+            )
+            exact += ok
+            if not ok and len(problems) < 5:
+                problems.append(
+                    f"edge {e.index}: {len(e.client_seqs)} client frames of {expected}, "
+                    f"disorder {e.disorder}, lost {e.lost}"
+                )
+    _emit(
+        "result",
+        exact=exact,
+        presence_exact=sum(roster_ok(e) for e in edges),
+        edges=len(edges),
+        lost=sum(e.lost for e in edges),
+        problems=problems,
+    )
+    await _wait(queue, "close")
+    _close_all(edges + clients)
+    await asyncio.sleep(0.2)
+    _emit("closed")

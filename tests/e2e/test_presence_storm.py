@@ -1,0 +1,160 @@
+"""Presence under coalescing (issue 16, docs/protocol.md §5 item 11, notes §5, §15.4).
+
+Many edges attach and detach at once on a real master over real sockets; every participant
+folds the presence frames it is given (live and in its backlog, one change or coalesced
+ones) and must end knowing exactly who is attached — the same as the master's own list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import relay.session
+from relay.server import Master
+from tests.e2e.conftest import API_KEY
+from tests.e2e.util import logged, wait_until
+from tests.support.wire import Peer
+
+EDGES = 30
+
+
+class Roster:
+    """One participant's view of who is attached, folded from the frames it receives."""
+
+    def __init__(self, peer: Peer) -> None:
+        self.peer = peer
+        self.states: dict[str, str] = {}
+        self.task = asyncio.get_running_loop().create_task(self._read())
+
+    def _fold(self, frame: dict[str, Any]) -> None:
+        if frame.get("type") == "session.history" and frame.get("seq") is None:
+            for inner in frame["payload"]["frames"]:
+                self._fold(inner)
+        elif frame.get("type") == "session.presence":
+            payload = frame["payload"]
+            for change in payload.get("changes") or [payload]:
+                self.states[change["participant_id"]] = change["state"]
+
+    async def _read(self) -> None:
+        while True:
+            try:
+                frame = await self.peer.recv(timeout=60)
+            except Exception:
+                return
+            self._fold(frame)
+
+    def attached(self) -> set[str]:
+        """Who this participant believes is attached (itself included: it knows it is)."""
+        seen = {pid for pid, state in self.states.items() if state == "attached"}
+        return (seen - {self.peer.participant_id}) | {self.peer.participant_id}
+
+
+async def _edge(master: Master, session_id: str) -> Peer:
+    # resume from seq 0: the whole log, so a joiner learns who attached before it, too
+    return await Peer.open(
+        master.ws_url, session_id, role="edge", token=API_KEY, resume={"last_seq": 0}
+    )
+
+
+def _truth(master: Master, session_id: str) -> set[str]:
+    return set(master.hub.sessions[session_id].participants)
+
+
+async def _agree(master: Master, session_id: str, rosters: list[Roster]) -> None:
+    """Wait (bounded) until every roster equals the master's list of attached participants."""
+    await wait_until(
+        lambda: all(r.attached() == _truth(master, session_id) for r in rosters), timeout=30
+    )
+
+
+async def test_burst_of_attaches_and_closes_every_edge_knows_who_is_attached(
+    master: Master,
+) -> None:
+    """Thirty edges attach at once, then half close at once: every roster ends exact."""
+    sid = "s-storm-burst"
+    client = await Peer.open(master.ws_url, sid, token=API_KEY, create=True)
+    edges = await asyncio.gather(*(_edge(master, sid) for _ in range(EDGES)))
+    rosters = [Roster(p) for p in (client, *edges)]
+    await _agree(master, sid, rosters)
+    assert len(_truth(master, sid)) == EDGES + 1
+    leaving, staying = edges[: EDGES // 2], edges[EDGES // 2 :]
+    await asyncio.gather(*(p.close() for p in leaving))
+    await wait_until(lambda: len(_truth(master, sid)) == 1 + len(staying), timeout=30)
+    remaining = [r for r in rosters if r.peer not in leaving]
+    await _agree(master, sid, remaining)
+    for r in remaining:
+        for p in leaving:
+            assert r.states.get(p.participant_id) == "detached"
+    for r in rosters:
+        r.task.cancel()
+    for p in (client, *staying):
+        await p.close()
+
+
+async def test_coalesced_detaches_are_one_frame_and_a_late_joiner_agrees(master: Master) -> None:
+    """Fifteen detaches queued in one step are logged as one frame; a late joiner agrees."""
+    sid = "s-storm-coalesced"
+    client = await Peer.open(master.ws_url, sid, token=API_KEY, create=True)
+    edges = await asyncio.gather(*(_edge(master, sid) for _ in range(EDGES)))
+    rosters = [Roster(p) for p in (client, *edges)]
+    await _agree(master, sid, rosters)
+    session = master.hub.sessions[sid]
+    leaving = edges[:15]
+    participants = [session.participants[p.participant_id] for p in leaving]
+    # Hold the session lock while the fifteen sockets close: their detaches all queue on it
+    # (each closes its outbox first), so the presence step after them sees all fifteen.
+    async with session.lock:
+        await asyncio.gather(*(p.close() for p in leaving))
+        await wait_until(lambda: all(q.outbox.closed for q in participants), timeout=30)
+    await wait_until(lambda: len(_truth(master, sid)) == 1 + EDGES - 15, timeout=30)
+    remaining = [r for r in rosters if r.peer not in leaving]
+    await _agree(master, sid, remaining)
+    log = await logged(master, sid)
+    gone = {p.participant_id for p in leaving}
+    coalesced = [
+        f
+        for f in log
+        if f["type"] == "session.presence"
+        and {c["participant_id"] for c in f["payload"].get("changes") or []} == gone
+    ]
+    assert len(coalesced) == 1, [
+        (f["payload"]["state"], len(f["payload"].get("changes") or [1]))
+        for f in log
+        if f["type"] == "session.presence"
+    ]
+    frame = coalesced[0]["payload"]
+    assert [c["state"] for c in frame["changes"]] == ["detached"] * 15
+    first = frame["changes"][0]
+    assert (frame["participant_id"], frame["role"], frame["state"]) == (
+        first["participant_id"],
+        first["role"],
+        first["state"],
+    )
+    # A late joiner replays the log from seq 1 (coalesced frames included) and agrees.
+    late = Roster(await _edge(master, sid))
+    await _agree(master, sid, [late, *remaining])
+    assert late.attached() == _truth(master, sid)
+    for r in [late, *rosters]:
+        r.task.cancel()
+    for p in [late.peer, client, *edges[15:]]:
+        await p.close()
+
+
+async def test_small_sessions_keep_one_change_per_frame(master: Master) -> None:
+    """Below the coalescing audience each change is its own frame, not sent to its subject."""
+    sid = "s-storm-small"
+    client = await Peer.open(master.ws_url, sid, token=API_KEY, create=True)
+    edge = await Peer.open(master.ws_url, sid, role="edge", token=API_KEY)
+    got = await client.recv_type("session.presence")
+    assert got["payload"] == {
+        "participant_id": edge.participant_id,
+        "role": "edge",
+        "state": "attached",
+    }
+    assert relay.session._COALESCE_AUDIENCE > 2
+    await edge.close()
+    got = await client.recv_type("session.presence")
+    assert "changes" not in got["payload"]
+    assert got["payload"]["state"] == "detached"
+    await client.close()
