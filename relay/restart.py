@@ -28,8 +28,6 @@ import structlog
 from protocol.errors import StoreError, StoreUnavailableError
 from protocol.finalize import finalize
 
-from .recovery import last_received
-
 if TYPE_CHECKING:
     from .hub import Hub
 
@@ -73,7 +71,9 @@ async def _recover(hub: Hub, session_id: str) -> bool:
             record.attached = False
             record.detached_at_ms = now_ms
             if record.role == "client":
-                record.last_received_message_id = await last_received(store, session_id, record)
+                record.last_received_message_id = await store.last_received(
+                    session_id, record.participant_id
+                )
             await store.put_participant(session_id, record)
             await store.set_deadline(hub.deadline_for(session_id, record.participant_id))
             presence = session._presence(record, "detached")
