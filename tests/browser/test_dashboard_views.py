@@ -305,6 +305,7 @@ async def test_archived_session_opens_read_only(browser: Any, master: Master, sh
     await expect(page.locator("#composer")).to_be_hidden()
     await expect(page.locator("#rename-button")).to_be_disabled()
     await expect(page.locator("#session-status")).to_have_text("archived")
+    await expect(page.locator("#presence .chip")).to_have_count(0)  # nobody is attached
     await page.click("#tab-events")
     await expect(page.locator("#events .event-row").last.locator(".ev-type")).to_have_text(
         "session.deleted"

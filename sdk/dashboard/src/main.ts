@@ -591,6 +591,10 @@ function incompleteReasons(c: Current): string[] {
 
 function renderPresence(c: Current): void {
   const chips: Node[] = [];
+  if (c.readOnly) {
+    $("presence").replaceChildren(); // ended: its log's last presence is nobody's now
+    return;
+  }
   const me = c.client?.participantId ?? null;
   if (me && c.client?.connected) chips.push(el("span", { class: "chip you", title: me }, "you"));
   for (const [id, state] of Object.entries(c.view.participants)) {
