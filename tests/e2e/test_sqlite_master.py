@@ -59,7 +59,8 @@ async def test_session_tokens_and_sessions_survive_a_restart(tmp_path: Path) -> 
 
 async def test_full_disk_refuses_with_store_unavailable_and_recovers(tmp_path: Path) -> None:
     """SQLITE_FULL: the sender gets store_unavailable (non-fatal), nothing acknowledged is
-    lost, and once space returns the session goes on at the next seq."""
+    lost, and once space returns the frame sent again from the refused one (notes §12) goes
+    on at the next seq."""
     master = await started(tmp_path / "rawp.db")
     try:
         store = master.store
@@ -76,13 +77,14 @@ async def test_full_disk_refuses_with_store_unavailable_and_recovers(tmp_path: P
         assert error[-1]["payload"]["error_code"] == "store_unavailable"
         assert error[-1]["payload"]["fatal"] is False
         assert await store.message_seq("s-full", refused["message_id"]) is None
+        assert [e.message_id for e in await store.read("s-full")][-1] == before["message_id"]
         await store.limit_pages(None)
+        await client.send_frame(refused)  # a re-send starts from the refused frame
         again = await client.send("agent.text.delta", {"block_id": "b", "delta": "fine"})
         got = await edge.recv_until(lambda f: f["message_id"] == again["message_id"])
-        assert got[-1]["seq"] == before["seq"] + 1
+        assert [f["seq"] for f in got] == [before["seq"] + 1, before["seq"] + 2]
+        assert got[0]["message_id"] == refused["message_id"]
         logged = [e.message_id for e in await store.read("s-full")]
-        assert before["message_id"] in logged
-        assert refused["message_id"] not in logged
-        assert again["message_id"] in logged
+        assert logged[-3:] == [before["message_id"], refused["message_id"], again["message_id"]]
     finally:
         await master.stop()
