@@ -4,7 +4,8 @@ The browser is Debian's ``chromium`` (``/usr/bin/chromium``), driven by Playwrig
 API — no browser download. Without a chromium binary every browser test is SKIPPED, and the
 run says so loudly at the end. Each test gets a fresh profile (``--user-data-dir``) in its
 tmp dir; screenshots are saved there and copied to ``tests/browser/screenshots/``
-(committed: one small PNG per view of the dashboard) so a person can look at them.
+(committed: one small PNG per view of the dashboard) so a person can look at them; the other
+PNGs written there (the conformance report's) are gitignored by name.
 """
 
 from __future__ import annotations

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -12,12 +11,10 @@ import pytest
 from relay.server import Master
 from tests.browser.test_dashboard import Shoot, agent, clean, expect, new_page, open_dashboard
 from tests.e2e.conftest import API_KEY
-from tests.support.wire import Peer, envelope, new_turn_id, usage_payload
+from tests.e2e.util import hello, hello_close_code
+from tests.support.wire import Peer, new_turn_id, usage_payload
 
 pytestmark = pytest.mark.browser
-
-CLIENT = {"role": "client", "participant_id": "p-agent"}
-MASTER = {"role": "master", "participant_id": "m-test"}
 
 
 async def scripted_turn(client: Peer, index: int, text: str, *, tools: int = 1) -> None:
@@ -233,105 +230,87 @@ async def test_keyboard_alone_finds_opens_and_answers(browser: Any, master: Mast
 
 
 async def test_withdrawn_question_is_removed(browser: Any, master: Master) -> None:
-    """agent.interaction.cancel (§16.4) removes the prompt (fed to the page's view)."""
+    """agent.interaction.cancel (§16.4) relayed by the master removes the prompt and its buttons."""
     client = await agent(master, "s-withdraw", "Withdrawal")
+    page = await open_dashboard(browser, master, "s-withdraw")
+    turn = new_turn_id()
+    await client.send("session.turn.start", {"turn_id": turn, "turn_index": 0})
     await client.send(
         "agent.interaction.request",
-        {"interaction_id": "w1", "kind": "input", "prompt": "Name?"},
+        {"interaction_id": "w1", "kind": "confirmation", "prompt": "Apply the patch?"},
     )
-    page = await open_dashboard(browser, master, "s-withdraw")
-    await expect(page.locator(".block.interaction")).to_have_count(1)
+    ask = page.locator(".block.interaction")
+    await expect(ask.locator("button")).to_have_count(2)
     await expect(page.locator("#session-status")).to_have_text("requires action")
-    # This master does not relay agent.interaction.cancel yet: the frame goes to the view.
-    cancel = envelope("s-withdraw", "agent.interaction.cancel", {"interaction_id": "w1"})
-    await page.evaluate(
-        """(f) => { const v = window.rawp.view;
-            v.receive({...f, seq: v.lastSeq + 1, sender: {role: "client", participant_id: "p"}});
-            window.rawp.refresh(); }""",
-        cancel,
+    await client.send(
+        "agent.interaction.cancel", {"interaction_id": "w1", "reason": "no answer within 30 s"}
     )
-    await expect(page.locator(".block.interaction")).to_have_count(0)
-    await expect(page.locator("#session-status")).to_have_text("idle")
+    await expect(ask).to_have_count(0)
+    await expect(page.locator(".block.interaction button")).to_have_count(0)
+    await expect(page.locator("#session-status")).to_have_text("running")
+    assert await page.evaluate(
+        "window.rawp.view.blocks.filter((b) => b.kind === 'interaction').map((b) => b.status)"
+    ) == ["withdrawn"]
+    # The withdrawal is in the log: a page opened afterwards never shows the prompt.
+    second = await open_dashboard(browser, master, "s-withdraw")
+    await expect(second.locator(".block.turn")).to_have_count(1)
+    await expect(second.locator(".block.interaction")).to_have_count(0)
+    await expect(second.locator("#session-status")).to_have_text("running")
     await clean(page)
+    await clean(second)
     await client.close()
 
 
-def archived_log(session_id: str) -> list[dict[str, Any]]:
-    """A finished session's log as GET …/events returns it."""
-    turn = new_turn_id()
-    frames = [
-        (CLIENT, "session.turn.start", {"turn_id": turn, "turn_index": 0}),
-        (CLIENT, "agent.text.delta", {"block_id": "t1", "delta": "Archived **answer**."}),
-        (CLIENT, "agent.text.done", {"block_id": "t1"}),
-        (
-            CLIENT,
-            "agent.interaction.request",
-            {"interaction_id": "a1", "kind": "confirmation", "prompt": "Still there?"},
-        ),
-        (CLIENT, "session.turn.end", {"turn_id": turn, "stop_reason": "end_turn"}),
-        (
-            MASTER,
-            "session.deleted",
-            {"session_id": session_id, "reason": "timeout", "deleted_by": "master"},
-        ),
-    ]
-    return [
-        {**envelope(session_id, type_, payload), "seq": seq, "sender": sender}
-        for seq, (sender, type_, payload) in enumerate(frames, start=1)
-    ]
-
-
 async def test_archived_session_opens_read_only(browser: Any, master: Master, shoot: Shoot) -> None:
-    """An archived session (status terminated, notes §16.1) opens from its log, read-only."""
-    # This master has no archived sessions yet: the HTTP answers of one are routed in.
+    """A session its client ended with a fatal error (§16.1): listed as archived, read-only."""
     sid = "s-archived"
-    header = {
-        "session_id": sid, "name": "Last week's run", "workspace": "default",
-        "agent_id": None, "parent_session_id": None, "seed_length": 0,
-        "created_at": "2026-11-24T09:00:00Z", "epoch": "e1", "head_seq": 6,
-        "status": "terminated", "connection": "none", "agent_state": "idle",
-        "pending_interactions": [], "participants": [], "ended_at": "2026-11-24T10:00:00Z",
-        "reason": "timeout", "deleted_by": "master",
-        "usage": {"input_tokens": 0, "output_tokens": 0, "cost_used": 0, "cost_unit": "USD",
-                  "turns_completed": 1, "compactions": 0},
-    }  # fmt: skip
-    events = archived_log(sid)
+    client = await agent(master, sid, "Last week's run")
+    turn = new_turn_id()
+    await client.send("session.turn.start", {"turn_id": turn, "turn_index": 0})
+    await client.send("agent.text.delta", {"block_id": "t1", "delta": "Archived **answer**."})
+    await client.send("agent.text.done", {"block_id": "t1"})
+    await client.send(
+        "tool.invoke.request", {"call_id": "c1", "tool_name": "grep", "input": {"q": "x"}}
+    )
+    await client.send("tool.invoke.result", {"call_id": "c1", "status": "ok", "output": 3})
+    await client.send("session.turn.end", {"turn_id": turn, "stop_reason": "end_turn"})
+    await client.send(
+        "session.error", {"error_code": "unrecoverable", "message": "bye", "fatal": True}
+    )
+    assert await client.closed_with() == 1000
+    assert await hello_close_code(master, hello(sid, role="edge")) == 4410  # no attaching
     live = await agent(master, "s-current", "Current run")
-
-    async def sessions(route: Any) -> None:
-        response = await route.fetch()
-        body = await response.json()
-        body["sessions"].append(header)
-        await route.fulfill(response=response, body=json.dumps(body))
-
-    async def one(route: Any) -> None:
-        body = {"events": events, "next": None} if "/events" in route.request.url else header
-        await route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
-
     page = await new_page(browser)
     sockets: list[str] = []
     page.on("websocket", lambda ws: sockets.append(ws.url))
-    await page.route(re.compile(r".*/v1/sessions\?.*"), sessions)
-    await page.route(re.compile(rf".*/v1/sessions/{sid}(/events.*)?$"), one)
     await page.goto(f"{master.http_url}/?token={API_KEY}")
+    await expect(page.locator(".session-item")).to_have_count(2)
+    await expect(page.locator("#session-counts")).to_contain_text("1 archived")
     await page.select_option("#filter-archived", "archived")
     await expect(page.locator(".session-item .name")).to_have_text(["Last week's run"])
     await expect(page.locator(".session-item .badge")).to_have_text("archived")
+    await expect(page.locator(".session-item .presence-summary")).to_contain_text("ended")
     await page.select_option("#filter-archived", "live")
     await expect(page.locator(".session-item .name")).to_have_text(["Current run"])
     await page.select_option("#filter-archived", "all")
     await page.click(f".session-item[data-id='{sid}'] a")
     await expect(page.locator("#conn-status")).to_have_attribute("data-state", "read-only")
     await expect(page.locator("#ended")).to_contain_text("Archived session: read-only.")
+    await expect(page.locator("#ended")).to_contain_text("error")
     await expect(page.locator(".block.text .md strong")).to_have_text("answer")
+    await expect(page.locator(".block.text .md")).to_have_text("Archived answer.")
+    await expect(page.locator(".block.tool_call .tool-status")).to_have_text("ok")
     await expect(page.locator(".block.turn .turn-state")).to_have_text("end turn")
-    await expect(page.locator(".block.interaction .ask-answer")).to_have_text(
-        "never answered (archived)"
-    )
-    await expect(page.locator(".block.interaction button")).to_have_count(0)
+    await expect(page.locator(".block.notice.notice-error")).to_contain_text("bye")
     await expect(page.locator("#composer")).to_be_hidden()
-    await expect(page.locator("#rename-button")).to_be_hidden()
+    await expect(page.locator("#rename-button")).to_be_disabled()
     await expect(page.locator("#session-status")).to_have_text("archived")
+    await expect(page.locator("#presence .chip")).to_have_count(0)  # nobody is attached
+    await page.click("#tab-events")
+    await expect(page.locator("#events .event-row").last.locator(".ev-type")).to_have_text(
+        "session.deleted"
+    )
+    await page.click("#tab-timeline")
     assert sockets == []  # never attached: attaching an archived session is refused (4410)
     await shoot(page, "archived-read-only")
     await clean(page)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
 from relay.server import Master
-from tests.browser.test_dashboard import agent, expect, open_dashboard
-from tests.support.wire import Peer
+from tests.browser.test_dashboard import agent, clean, expect, open_dashboard
+from tests.support.wire import Peer, envelope
 
 pytestmark = pytest.mark.browser
 
@@ -19,44 +20,53 @@ FORGED = {
     "lost_frame_count": 99,
 }
 
-JS = """async (frames) => {
-  const { SessionView } = await import("/static/view.js");
-  const view = new SessionView("s-n");
-  for (const f of frames) view.receive(f);
-  return view.incomplete;
+# Frames folded into the page's own SessionView (the SDK's, bundled), then one render.
+FEED = """(frames) => {
+  const view = window.rawp.view;
+  for (const f of frames) view.receive({ ...f, seq: view.lastSeq + 1 });
+  window.rawp.refresh();
 }"""
 
 
-def _error(seq: int, role: str) -> dict[str, Any]:
-    return {
-        "type": "session.error",
-        "message_id": f"00000000-0000-4000-8000-00000000000{seq}",
-        "session_id": "s-n",
-        "timestamp": "2026-11-29T09:00:00.000Z",
-        "seq": seq,
-        "sender": {"role": role, "participant_id": f"p-{role}"},
-        "payload": FORGED,
-    }
+def _error(session_id: str, role: str) -> dict[str, Any]:
+    frame = envelope(session_id, "session.error", FORGED)
+    frame["sender"] = {"role": role, "participant_id": f"p-{role}"}
+    return frame
 
 
-async def test_view_js_counts_only_the_masters_history_truncated(
+async def test_the_pages_view_counts_only_the_masters_history_truncated(
     browser: Any, master: Master
 ) -> None:
-    """view.js: an edge's or client's history_truncated is no notice; the master's is."""
-    page = await browser.new_page()
-    await page.goto(master.http_url + "/config.json")
-    assert await page.evaluate(JS, [_error(1, "edge"), _error(2, "client")]) == []
-    assert await page.evaluate(JS, [_error(1, "edge"), _error(2, "master")]) == [FORGED["message"]]
+    """The page's SessionView: a participant's history_truncated is no notice; the master's is."""
+    client = await agent(master, "s-n")
+    page = await open_dashboard(browser, master, "s-n")
+    await page.evaluate(FEED, [_error("s-n", "edge"), _error("s-n", "client")])
+    reports = page.locator(".block.notice.notice-error.from-participant")
+    await expect(reports.locator(".label")).to_have_text(["Viewer reported", "Agent reported"])
+    await expect(page.locator("#incomplete")).to_be_hidden()
+    await page.evaluate(FEED, [_error("s-n", "master")])
+    await expect(page.locator(".block.notice.notice-error.from-master .label")).to_have_text(
+        "Master notice"
+    )
+    await expect(page.locator("#incomplete")).to_be_visible()
+    await expect(page.locator("#incomplete")).to_contain_text("Data incomplete")
+    await expect(page.locator("#incomplete")).to_contain_text(FORGED["message"])
+    await clean(page)
+    await client.close()
 
 
 async def test_a_viewers_history_truncated_puts_no_notice_up(browser: Any, master: Master) -> None:
-    """A viewer logs a history_truncated: the page shows it as the viewer's report, no notice."""
+    """A viewer logs a history_truncated over the real master: shown as its report, no banner."""
     client = await agent(master, "s-forge")
     page = await open_dashboard(browser, master, "s-forge")
     token, _ = await master.hub.auth.issue_token("default", "s-forge")
     viewer = await Peer.open(master.ws_url, "s-forge", role="edge", token=token)
     await viewer.send("session.error", FORGED)
-    await expect(page.locator(".notice-error")).to_contain_text("reported by the edge")
+    report = page.locator(".block.notice.notice-error")
+    await expect(report).to_have_class(re.compile(r"\bfrom-participant\b"))
+    await expect(report.locator(".label")).to_have_text("Viewer reported")
+    await expect(report).to_contain_text(FORGED["message"])
     await expect(page.locator("#incomplete")).to_be_hidden()
+    await clean(page)
     await viewer.close()
     await client.close()

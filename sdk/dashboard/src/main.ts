@@ -5,6 +5,7 @@ import {
   HandshakeRefused,
   RawpClient,
   SessionView,
+  dataIncomplete,
   type Block,
   type ConnectionStatus,
   type Frame,
@@ -449,7 +450,6 @@ async function openSession(id: string): Promise<void> {
       sessionId: id,
       role: "edge",
       token: api.token,
-      producerAcks: false,
     });
     c.view = c.client.view;
   }
@@ -584,14 +584,17 @@ function endedText(c: Current): string | null {
 function incompleteReasons(c: Current): string[] {
   const reasons = c.view.notices.filter((n: Notice) => n.kind === "backlog_truncated").map((n) => n.text);
   for (const b of c.view.blocks) {
-    if (b.kind !== "notice" || b.notice !== "error" || b.error_code !== "history_truncated") continue;
-    if (c.frame(b.seq)?.sender?.role === "master") reasons.push(b.text);
+    if (b.kind === "notice" && b.notice === "error" && dataIncomplete(b)) reasons.push(b.text);
   }
   return reasons;
 }
 
 function renderPresence(c: Current): void {
   const chips: Node[] = [];
+  if (c.readOnly) {
+    $("presence").replaceChildren(); // ended: its log's last presence is nobody's now
+    return;
+  }
   const me = c.client?.participantId ?? null;
   if (me && c.client?.connected) chips.push(el("span", { class: "chip you", title: me }, "you"));
   for (const [id, state] of Object.entries(c.view.participants)) {

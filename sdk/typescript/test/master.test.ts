@@ -10,6 +10,7 @@ import { after, before, describe, test } from "node:test";
 import { promisify } from "node:util";
 import { ConnectRefused, HandshakeRefused, RawpClient, type ClientOptions, type Delivery } from "../src/client.js";
 import { byteLength, encode, newMessageId, now } from "../src/codec.js";
+import type { Frame } from "../src/frames.js";
 import type { TextBlock, ToolCallBlock, TurnBlock } from "../src/view.js";
 import { memoryStore } from "../src/persistence.js";
 import { API_KEY, Master, NodeWebSocket, gatedWebSocket, packageDir, sessionId, until } from "./helpers.js";
@@ -316,6 +317,37 @@ describe("against a real master", () => {
     await until(() => second.view.totals.turns === 1, "the backlog from the saved cursor");
     const replayed = frames.filter((d) => d.replayed);
     assert.ok(replayed.length > 0 && replayed.every((d) => (d.frame.seq ?? 0) > cursor));
+  });
+
+  test("an edge whose view was filled from the HTTP log before connect() resumes after it: nothing twice, nothing missing", async () => {
+    const sid = sessionId();
+    const agent = client({ sessionId: sid, role: "client", create: true });
+    await agent.connect();
+    const turn = agent.turnStart();
+    await agent.textDelta("b1", "from the log");
+    await agent.textDone("b1"); // committed (producer acks): the log holds it
+    const response = await master.http("GET", `/v1/sessions/${encodeURIComponent(sid)}/events?order=asc&limit=1000`);
+    assert.equal(response.status, 200);
+    const { events } = (await response.json()) as { events: Frame[] };
+    const edge = client({ sessionId: sid, role: "edge" });
+    for (const frame of events) edge.view.receive(frame);
+    const head = edge.view.lastSeq;
+    assert.ok(head > 0);
+    await agent.textDelta("b2", "between "); // logged after the read, before the attach
+    const frames = collect(edge);
+    const welcome = await edge.connect();
+    assert.ok(welcome.payload.session.head_seq > head);
+    await agent.textDelta("b2", "live");
+    await agent.textDone("b2");
+    await agent.turnEnd(turn.turnId);
+    await until(() => edge.view.status === "idle", "the edge seeing the turn end");
+    const seqs = frames.map((d) => d.frame.seq).filter((s): s is number => typeof s === "number");
+    assert.ok(seqs.length > 0 && seqs.every((s) => s > head), "only frames after the folded log");
+    assert.deepEqual(seqs, [...new Set(seqs)].sort((a, b) => a - b), "each once, in order");
+    const texts = edge.view.blocks.filter((b) => b.kind === "text") as TextBlock[];
+    assert.deepEqual(texts.map((t) => t.text), ["from the log", "between live"]);
+    const sent = await edge.userMessage("seen");
+    assert.equal(sent.via, "ack"); // resolved on the master's connection.ack (notes §16.3)
   });
 
   test("deleting the session over HTTP ends both participants' streams normally", async () => {
