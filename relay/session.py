@@ -39,6 +39,7 @@ from protocol.errors import (
     InvalidFrame,
     NotAllowed,
     ProtocolError,
+    SessionMissing,
     StoreError,
     StoreUnavailable,
     StoreUnavailableError,
@@ -1194,8 +1195,13 @@ class Session:
 
 
 def _retryable(cause: BaseException) -> bool:
-    """A refusal the sender may retry (``store_unavailable``): its re-send must be in order."""
-    return isinstance(cause, StoreError) and not isinstance(cause, FormatVersionError)
+    """A refusal the sender may retry (``store_unavailable``): its re-send must be in order.
+
+    Not a newer format (``version_unsupported``) nor a session the store no longer has
+    (``not_allowed``): re-sending cannot help those."""
+    return isinstance(cause, StoreError) and not isinstance(
+        cause, FormatVersionError | SessionMissing
+    )
 
 
 def presence_change(record: ParticipantRecord, state: str) -> PresenceChange:
