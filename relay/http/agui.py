@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
@@ -48,12 +47,11 @@ from .access import hub_of, loaded_session, principal_of, visible_header
 from .context import authenticate
 from .events import submit
 from .middleware import HTTP_METRICS, ApiError
-from .sse import STREAMS, EventStream
+from .sse import STREAMS, EventStream, SessionTail
 
 __all__ = ["add_agui_routes", "agui_run", "agui_tail"]
 
 _PAGE: Final = 500
-_QUEUE_LIMIT: Final = 4096
 _USAGE_GRACE_S: Final = 5.0  # §7.5.2: usage follows turn.end at once; past this, end the run
 _MAX_BODY: Final = 4 << 20
 
@@ -62,23 +60,6 @@ def add_agui_routes(app: web.Application) -> None:
     """Register the two AG-UI routes."""
     app.router.add_post("/v1/sessions/{session_id}/ag-ui", agui_run)
     app.router.add_get("/v1/sessions/{session_id}/ag-ui", agui_tail)
-
-
-class _Listener:
-    """Session listener: committed entries, queued; an overflow is flagged, not grown."""
-
-    def __init__(self) -> None:
-        self.entries: deque[LogEntry] = deque()
-        self.overflowed = False
-        self.wake = asyncio.Event()
-
-    def __call__(self, entry: LogEntry) -> None:
-        if len(self.entries) >= _QUEUE_LIMIT:
-            self.entries.clear()
-            self.overflowed = True
-        else:
-            self.entries.append(entry)
-        self.wake.set()
 
 
 class _Stream:
@@ -171,7 +152,7 @@ def _start_response() -> web.StreamResponse:
 async def _follow(request: web.Request, stream: _Stream, session: Session) -> None:
     """Write live entries in seq order until the stream is done, ended or its client gone."""
     hub = session.hub
-    listener = _Listener()
+    listener = SessionTail()
     session.listeners.add(listener)
     interval = min(15.0, hub.settings.heartbeat_interval_s)
     try:

@@ -38,7 +38,14 @@ from .access import hub_of, int_query, loaded_session, visible_header
 from .context import authenticate
 from .middleware import HTTP_METRICS, ApiError
 
-__all__ = ["STREAMS", "EventStream", "end_streams", "end_streams_of", "stream_events"]
+__all__ = [
+    "STREAMS",
+    "EventStream",
+    "SessionTail",
+    "end_streams",
+    "end_streams_of",
+    "stream_events",
+]
 
 _PAGE: Final = 500
 _QUEUE_LIMIT: Final = 4096
@@ -47,8 +54,9 @@ _SHUTDOWN_GRACE_S: Final = 1.0
 _SEQ_TEXT: Final = re.compile(r"[0-9]{1,18}")
 
 
-class _Tail:
-    """Session listener: queues committed entries, flags an overflow instead of growing."""
+class SessionTail:
+    """Session listener of a stream (SSE, AG-UI): queues committed entries, flags an
+    overflow instead of growing (the stream then re-reads from the store)."""
 
     def __init__(self) -> None:
         self.entries: deque[LogEntry] = deque()
@@ -171,7 +179,7 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
     metrics = request.app[HTTP_METRICS]
     streams.add(stream)
     metrics.streams.inc()
-    tail = _Tail()
+    tail = SessionTail()
     session.listeners.add(tail)
     interval = min(15.0, hub.settings.heartbeat_interval_s)
     try:
