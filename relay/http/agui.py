@@ -44,7 +44,7 @@ from ..hub import Hub
 from ..session import Session
 from ..store.base import LogEntry
 from .access import hub_of, loaded_session, principal_of, visible_header
-from .context import authenticate
+from .context import SESSION_PATH, authenticate
 from .events import submit
 from .middleware import HTTP_METRICS, ApiError
 from .sse import STREAMS, EventStream, SessionTail
@@ -58,8 +58,8 @@ _MAX_BODY: Final = 4 << 20
 
 def add_agui_routes(app: web.Application) -> None:
     """Register the two AG-UI routes."""
-    app.router.add_post("/v1/sessions/{session_id}/ag-ui", agui_run)
-    app.router.add_get("/v1/sessions/{session_id}/ag-ui", agui_tail)
+    app.router.add_post(f"/v1/sessions/{SESSION_PATH}/ag-ui", agui_run)
+    app.router.add_get(f"/v1/sessions/{SESSION_PATH}/ag-ui", agui_tail)
 
 
 class _Stream:

@@ -11,7 +11,7 @@ from protocol import acts, names
 from protocol.errors import NotAllowed, StoreUnavailableError
 
 from ..hub import Hub, SessionAttached
-from .context import HUB, authenticate
+from .context import HUB, SESSION_PATH, authenticate
 from .hardening import hide_server_version
 from .problems import problem, problem_middleware
 from .routes import add_routes
@@ -86,8 +86,8 @@ def create_app(hub: Hub, *, ws_url: Callable[[], str] | None = None) -> web.Appl
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
-    app.router.add_delete("/v1/session/{session_id}", delete_session)
-    app.router.add_delete("/v1/sessions/{session_id}", delete_session)
+    app.router.add_delete(f"/v1/session/{SESSION_PATH}", delete_session)
+    app.router.add_delete(f"/v1/sessions/{SESSION_PATH}", delete_session)
     # --- [http-api] sessions, events, SSE, tokens, export, dashboard (relay/http/routes.py)
     add_routes(app, ws_url=ws_url)
     # --- [http-api] end

@@ -6,14 +6,21 @@ so no module of the package imports ``app`` back.
 
 from __future__ import annotations
 
+from typing import Final
+
 from aiohttp import web
 
 from ..auth import Principal
 from ..hub import Hub
 
-__all__ = ["HUB", "authenticate"]
+__all__ = ["HUB", "SESSION_PATH", "authenticate"]
 
 HUB: web.AppKey[Hub] = web.AppKey("hub", Hub)
+
+SESSION_PATH: Final = "{session_id:[^/]+}"
+"""The session id segment of a route: any characters but ``/``, so an id outside the grammar
+(``{``, ``}`` included, which aiohttp's default pattern would not match) reaches the handler
+and is refused there ``400 invalid_session_id`` (notes §16.7), not answered by the router."""
 
 
 async def authenticate(request: web.Request) -> Principal:

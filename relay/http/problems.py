@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from aiohttp import web
@@ -38,19 +37,10 @@ _STATUS_CODES = {
     408: "timeout",
     413: "too_large",
 }
-# A path whose session segment holds a character aiohttp's router never matches (``{``,
-# ``}``): the route exists, the id is outside the grammar (notes §16.7).
-_SESSION_PATH = re.compile(r"/v1/sessions?/[^/]*[{}]")
 
 
 def problem_for_http_error(request: web.Request, exc: web.HTTPException) -> web.Response:
     """aiohttp's own HTTP error (the router's 404/405, the parser's 400…) as problem+json."""
-    if exc.status == 404 and _SESSION_PATH.match(request.path):
-        return problem(
-            400,
-            "a session id is 1–128 characters of A-Z a-z 0-9 . _ : - (notes §16.7)",
-            code="invalid_session_id",
-        )
     return problem(exc.status, exc.reason, code=_STATUS_CODES.get(exc.status))
 
 

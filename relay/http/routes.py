@@ -12,7 +12,7 @@ from aiohttp import web
 from ..revocation import CredentialWatch
 from .agui import add_agui_routes
 from .auth_routes import create_token, revoke_token, whoami
-from .context import HUB
+from .context import HUB, SESSION_PATH
 from .dashboard import add_dashboard_routes
 from .events import append_event, cancel_turn, list_events
 from .export import export_session
@@ -43,15 +43,15 @@ def add_routes(app: web.Application, *, ws_url: Callable[[], str] | None = None)
     r = app.router
     r.add_post("/v1/sessions", create_session)
     r.add_get("/v1/sessions", list_sessions)
-    r.add_get("/v1/sessions/{session_id}", get_session)
-    r.add_patch("/v1/sessions/{session_id}", rename_session)
-    r.add_get("/v1/sessions/{session_id}/events", list_events)
-    r.add_post("/v1/sessions/{session_id}/events", append_event)
-    r.add_get("/v1/sessions/{session_id}/events/stream", stream_events)
-    r.add_post("/v1/sessions/{session_id}/cancel", cancel_turn)
-    r.add_post("/v1/sessions/{session_id}/tokens", create_token)
-    r.add_post("/v1/sessions/{session_id}/fork", fork_session)
-    r.add_get("/v1/sessions/{session_id}/export", export_session)
+    r.add_get(f"/v1/sessions/{SESSION_PATH}", get_session)
+    r.add_patch(f"/v1/sessions/{SESSION_PATH}", rename_session)
+    r.add_get(f"/v1/sessions/{SESSION_PATH}/events", list_events)
+    r.add_post(f"/v1/sessions/{SESSION_PATH}/events", append_event)
+    r.add_get(f"/v1/sessions/{SESSION_PATH}/events/stream", stream_events)
+    r.add_post(f"/v1/sessions/{SESSION_PATH}/cancel", cancel_turn)
+    r.add_post(f"/v1/sessions/{SESSION_PATH}/tokens", create_token)
+    r.add_post(f"/v1/sessions/{SESSION_PATH}/fork", fork_session)
+    r.add_get(f"/v1/sessions/{SESSION_PATH}/export", export_session)
     add_agui_routes(app)
     r.add_delete("/v1/tokens/{token_id}", revoke_token)
     r.add_get("/v1/whoami", whoami)
