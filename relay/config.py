@@ -118,28 +118,25 @@ def _positive_int(value: Any) -> int:
     return number
 
 
-def _seconds(value: Any) -> float:
+def _above_zero(value: Any, what: str, needed: str) -> float:
+    """A number above 0; ``what`` / ``needed`` name it in the refusal."""
     if isinstance(value, bool):
-        raise ValueError("a number of seconds is needed")
+        raise ValueError(f"{what} is needed")
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise ValueError("a number of seconds is needed") from None
+        raise ValueError(f"{what} is needed") from None
     if not number > 0:
-        raise ValueError("a number of seconds above 0 is needed")
+        raise ValueError(f"{needed} is needed")
     return number
+
+
+def _seconds(value: Any) -> float:
+    return _above_zero(value, "a number of seconds", "a number of seconds above 0")
 
 
 def _rate(value: Any) -> float:
-    if isinstance(value, bool):
-        raise ValueError("a number above 0 is needed")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError("a number above 0 is needed") from None
-    if not number > 0:
-        raise ValueError("a number above 0 is needed")
-    return number
+    return _above_zero(value, "a number above 0", "a number above 0")
 
 
 _DURATION_UNITS: Final = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
