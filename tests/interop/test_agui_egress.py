@@ -364,6 +364,13 @@ async def test_tail_resumes_from_any_event_id_exactly(master: Master) -> None:
             assert _ids_and_types(body) == run[cut + 1 :], last_id
 
 
+async def _logged(master: Master, session_id: str, wanted: Callable[[Any], Any]) -> None:
+    """Wait (bounded) until the session's log holds a frame ``wanted`` accepts."""
+    async with asyncio.timeout(20):
+        while not any(wanted(json.loads(e.data)) for e in await master.store.read(session_id)):
+            await asyncio.sleep(0.02)
+
+
 async def test_agent_drop_and_reattach_keeps_the_agui_run_whole(
     master: Master, node_harness: Path, tmp_path: Path
 ) -> None:
@@ -374,15 +381,13 @@ async def test_agent_drop_and_reattach_keeps_the_agui_run_whole(
         await client.text_delta("b1", "before ")
         await client.tool_request("c1", "slow", {})
         client.abort_connection()
-        session = master.hub.sessions["agui-e7"]
-        async with asyncio.timeout(20):  # the master finalizes (§7.8.1) ...
-            while not session.state.finalized:
-                await asyncio.sleep(0.02)
-        await client.text_delta("b1", "after")  # ... buffered, sent in the client's history
+        # Waits read the log, not session.state: the client may reattach (and unfinalize)
+        # between two looks at a flag that is true only meanwhile.
+        await _logged(master, "agui-e7", lambda f: f.get("metadata", {}).get("synthetic"))
+        await client.text_delta("b1", "after")  # buffered, or live if already back
         await client.wait_status(ConnectionStatus.CONNECTED, timeout=20)
-        async with asyncio.timeout(20):  # ... which unfinalizes it (§7.8.3)
-            while session.state.finalized:
-                await asyncio.sleep(0.02)
+        # the client's history takes the finalization back (§7.8.3)
+        await _logged(master, "agui-e7", lambda f: f["type"] == "session.history")
         await client.tool_result("c1", "ok", "done")
         await client.text_done("b1")
         await client.turn_end(turn.payload.turn_id)
