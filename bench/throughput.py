@@ -3,7 +3,7 @@
 Each round starts a fresh relay process — the baseline (:mod:`bench.baseline_relay`), the
 master with the memory store, the master with the SQLite store (a fresh file per round, WAL,
 ``synchronous=FULL``: the ``rawp serve`` default), and the master with the Redis store when
-``relay/store/redis.py`` exists and ``redis-server`` is on PATH (our own server on a free
+``relay/store/redis/`` exists and ``redis-server`` is on PATH (our own server on a free
 port, AOF fsynced always) — and one load-generator process (``bench._loadgen throughput``)
 that attaches a client and 3 edges. The client streams :class:`bench._workload.AgentStream`
 (70-frame turns, 84 % ``agent.text.delta``, a tool call and result, turn start/end, usage;

@@ -72,9 +72,9 @@ async def test_append_retry_of_the_same_batch_is_exactly_once(backend: Backend) 
     store = redis_store(backend)
     s = await new_session(store)
     batch = [entry(), entry()]
-    first = await store._append_batch(s, batch, 0)
-    store._batch_no -= 1  # what redis-py's retry sends: the very same call
-    again = await store._append_batch(s, batch, 0)
+    first = await store.appender.append_batch(s, batch, 0)
+    store.appender.batch_no -= 1  # what redis-py's retry sends: the very same call
+    again = await store.appender.append_batch(s, batch, 0)
     assert first == again == [AppendResult(seq=1), AppendResult(seq=2)]
     assert await store.head_seq(s) == 2
 
@@ -85,11 +85,11 @@ async def test_a_late_copy_of_an_older_batch_is_never_applied(backend: Backend) 
     (a timed-out connection's copy must not land after what the node sent since)."""
     store = redis_store(backend)
     s = await new_session(store)
-    store._batch_no = 10
-    await store._append_batch(s, [entry("later")], 0)  # batch 11
-    store._batch_no = 5
+    store.appender.batch_no = 10
+    await store.appender.append_batch(s, [entry("later")], 0)  # batch 11
+    store.appender.batch_no = 5
     with pytest.raises(StoreUnavailableError):
-        await store._append_batch(s, [entry("older")], 0)  # batch 6, arriving late
+        await store.appender.append_batch(s, [entry("older")], 0)  # batch 6, arriving late
     assert [e.message_id for e in await store.read(s)] == ["later"]
 
 

@@ -1,0 +1,131 @@
+"""msgpack framing of the redis store: what the scripts are sent and what Redis hands back.
+
+The append script assembles each stored entry (LogEntry's msgpack array) from pieces packed
+here, so Lua never decodes a client's bytes: :func:`pack_batch` is the one place that knows
+that layout on this side, scripts/append.lua on the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+import msgspec
+
+from ..base import FORMAT_VERSION, Credential, LogEntry, NewEntry, ParticipantRecord, SessionHeader
+from .errors import newer_format
+
+__all__ = [
+    "array_header",
+    "credential_dec",
+    "encode",
+    "entry_dec",
+    "header_args",
+    "header_from",
+    "member_dec",
+    "pack_batch",
+    "pairs",
+    "participant_dec",
+    "published_dec",
+    "received_id",
+    "str_header",
+    "text",
+]
+
+# scripts/append.lua assembles LogEntry's array by position: fail at import, not at read, if
+# it changes.
+if LogEntry.__struct_fields__ != (
+    "seq",
+    "message_id",
+    "type",
+    "data",
+    "sender_id",
+    "sender_role",
+    "exclude",
+    "edges_only",
+) or NewEntry.__struct_fields__[:2] != ("message_id", "type"):
+    raise ImportError("relay.store.redis: LogEntry layout changed; update scripts/append.lua")
+
+_enc = msgspec.msgpack.Encoder()
+encode: Final = _enc.encode
+entry_dec: Final = msgspec.msgpack.Decoder(LogEntry)
+published_dec: Final = msgspec.msgpack.Decoder(tuple[str, list[LogEntry]])
+header_dec: Final = msgspec.msgpack.Decoder(SessionHeader)
+participant_dec: Final = msgspec.msgpack.Decoder(ParticipantRecord)
+credential_dec: Final = msgspec.msgpack.Decoder(Credential)
+member_dec: Final = msgspec.msgpack.Decoder(tuple[str, str])
+
+_SMALL_STR_HEADERS: Final = tuple(
+    bytes((0xA0 | n,)) if n < 32 else bytes((0xD9, n)) for n in range(256)
+)
+
+
+def str_header(n: int) -> bytes:
+    """msgpack str header for ``n`` bytes: the append script's cmsgpack decodes str, never bin."""
+    if n < 256:
+        return _SMALL_STR_HEADERS[n]
+    return b"\xda" + n.to_bytes(2, "big") if n < 65536 else b"\xdb" + n.to_bytes(4, "big")
+
+
+def array_header(n: int) -> bytes:
+    """msgpack array header for ``n`` items."""
+    if n < 16:
+        return bytes((0x90 | n,))
+    return b"\xdc" + n.to_bytes(2, "big") if n < 65536 else b"\xdd" + n.to_bytes(4, "big")
+
+
+def received_id(entry: NewEntry) -> str:
+    """What ``welcome.received`` reports for the entry's sender once it is logged."""
+    return entry.message_id if entry.received_id is None else entry.received_id
+
+
+def pack_batch(entries: Sequence[NewEntry]) -> bytes:
+    """The append script's ARGV[7]: one msgpack array of seven pre-packed strings per entry
+    (see the header of scripts/append.lua)."""
+    pack = _enc.encode
+    parts = [array_header(len(entries))]
+    add = parts.extend
+    for e in entries:
+        mid = e.message_id.encode()
+        pre = pack((e.message_id, e.type))[1:]  # [1:]: drop the fixarray header
+        post = pack((e.sender_id, e.sender_role, e.exclude, e.edges_only))[1:]
+        sender = e.sender_id.encode()
+        got = b"" if e.sender_role == "master" else received_id(e).encode()
+        add((b"\x97", str_header(len(mid)), mid, str_header(len(pre)), pre))
+        add((str_header(len(e.head)), e.head, str_header(len(e.tail)), e.tail))
+        add((str_header(len(post)), post, str_header(len(sender)), sender))
+        add((str_header(len(got)), got))
+    return b"".join(parts)
+
+
+def text(value: bytes | str) -> str:
+    """A reply's bytes as str."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def pairs(flat: list[bytes]) -> dict[bytes, bytes]:
+    """A flat HGETALL-style reply as a mapping."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def header_args(header: SessionHeader) -> list[bytes | str | int]:
+    """The header's fields as the create and fork scripts take them."""
+    return [
+        encode(header),
+        header.workspace,
+        header.name,
+        header.format_version,
+        header.revision,
+    ]
+
+
+def header_from(session_id: str, fields: dict[bytes, bytes]) -> SessionHeader:
+    """The session's header from its hash (FormatVersionError when a newer build wrote it)."""
+    version = int(fields[b"v"])
+    if version > FORMAT_VERSION:
+        raise newer_format(session_id, version)
+    header = header_dec.decode(fields[b"meta"])
+    header.name = fields[b"name"].decode()
+    header.revision = int(fields[b"rev"])
+    header.format_version = version
+    return header

@@ -1,0 +1,566 @@
+"""RedisStore: the durable store on Redis (or Redis Cluster), shared by every master node.
+
+It keeps sessions, their logs (reads here, appends through :class:`Appender`), participants,
+deadlines and credentials itself, and hands node coordination to :class:`Coordination` and
+pub/sub to :class:`PubSub`; the key layout is in ``keys.py``, the scripts in ``scripts/``.
+
+Writes are acknowledged only once durable: run Redis with ``appendonly yes`` and
+``appendfsync always`` (``start`` warns otherwise).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import msgspec
+import redis.asyncio as aioredis
+import redis.exceptions as rexc
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+
+from protocol.errors import FormatVersionError, StoreUnavailableError
+
+from ..base import (
+    AppendResult,
+    Credential,
+    Deadline,
+    LogEntry,
+    NewEntry,
+    ParticipantRecord,
+    SessionHeader,
+    Store,
+)
+from .appender import Appender
+from .coordination import Coordination
+from .errors import mapped
+from .framing import (
+    credential_dec,
+    encode,
+    entry_dec,
+    header_args,
+    header_from,
+    member_dec,
+    pairs,
+    participant_dec,
+    text,
+)
+from .keys import (
+    ARCHIVED,
+    CLAIM_MEMO,
+    DEADLINES,
+    SessionKeys,
+    channel,
+    credential_key,
+    workspace_index,
+)
+from .lua import Scripts
+from .pubsub import PubSub, Subscription
+
+__all__ = ["RedisStore"]
+
+_log = logging.getLogger("relay.store.redis")
+
+_FORK_CHUNK: Final = 512
+
+
+class RedisStore(Store):
+    """Store on Redis or Redis Cluster (notes §12 ``redis``)."""
+
+    name = "redis"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        cluster: bool = False,
+        retention: int | None = None,
+        node_id: str | None = None,
+        **client_options: Any,
+    ) -> None:
+        if retention is not None and retention < 1:
+            raise ValueError("retention must be at least 1 entry")
+        self.url = url
+        self.cluster = cluster
+        self.node_id = node_id or f"node-{secrets.token_hex(6)}"
+        options: dict[str, Any] = {
+            "socket_connect_timeout": 1.0,
+            "socket_timeout": 5.0,
+            # a stale pooled socket after a Redis restart costs one quick retry, not an error;
+            # the append and claim scripts make such retries exactly-once.
+            "retry": Retry(ExponentialBackoff(cap=0.5, base=0.02), 2),
+            "client_name": f"rawp-{self.node_id}",
+        }
+        options.update(client_options)
+        self._client: Any = (
+            RedisCluster.from_url(url, **options)
+            if cluster
+            else aioredis.Redis.from_url(url, **options)
+        )
+        self._scripts = Scripts(self._client)
+        self.appender = Appender(
+            self._scripts.append, node_id=self.node_id, retention=retention, fenced=self._fenced
+        )
+        """The append queue (group commit, the writer's batch numbers)."""
+        self.coordination = Coordination(self._client, self._scripts)
+        """Node heartbeats, sweeps, lease epochs, held sets, session mutexes."""
+        self.pubsub = PubSub(self._client, self.node_id)
+        """The sessions' channels."""
+        self.lease_epoch = 0
+        """This node's lease epoch (set by :meth:`node_heartbeat`); appends carry it."""
+        self.on_fenced: Callable[[], None] | None = None
+        """Called when a session refuses an append under the current lease epoch."""
+        self._closed = False
+
+    @property
+    def retention(self) -> int | None:
+        """Keep the newest N entries of each log (None: everything)."""
+        return self.appender.retention
+
+    @property
+    def batches(self) -> int:
+        """Append script calls made (group commit makes this smaller than the append calls)."""
+        return self.appender.batches
+
+    def _fenced(self, epoch: int) -> None:
+        if epoch == self.lease_epoch and self.on_fenced is not None:
+            self.on_fenced()  # news to this node: it was declared dead
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Check that Redis answers and warn when it does not fsync every write."""
+        with mapped():
+            await self._client.ping()
+        try:
+            conf = await self._client.config_get("append*")
+        except (rexc.RedisError, OSError):
+            return  # CONFIG may be disabled (managed Redis): nothing to check
+        # a cluster client answers per node ({node: {...}}), a plain one with one mapping
+        nodes = (
+            list(conf.values()) if conf and isinstance(next(iter(conf.values())), dict) else [conf]
+        )
+        for node in nodes:
+            flat = {text(k): text(v) for k, v in node.items()}
+            if flat.get("appendonly") != "yes" or flat.get("appendfsync") != "always":
+                _log.warning(
+                    "redis at %s does not fsync every write (appendonly=%s appendfsync=%s): "
+                    "acknowledged appends can be lost in a crash",
+                    self.url,
+                    flat.get("appendonly"),
+                    flat.get("appendfsync"),
+                )
+                return
+
+    async def close(self) -> None:
+        """Finish queued appends, end the subscriptions, then close the connections."""
+        if self._closed:
+            return
+        self._closed = True
+        await self.appender.close()
+        await self.pubsub.close()
+        with contextlib.suppress(rexc.RedisError, OSError):
+            await self._client.aclose()
+
+    async def ping(self, timeout: float = 2.0) -> bool:
+        """True when Redis answers within ``timeout`` seconds (retries included)."""
+        try:
+            async with asyncio.timeout(timeout):
+                return bool(await self._client.ping())
+        except (TimeoutError, rexc.RedisError, OSError):
+            return False
+
+    # --- sessions ---------------------------------------------------------------------------
+
+    async def create_session(self, header: SessionHeader) -> tuple[SessionHeader, bool]:
+        k = SessionKeys.of(header.session_id)
+        with mapped():
+            reply = await self._scripts.create(
+                keys=[k.hdr, k.log, k.ids, k.parts, k.tomb, k.rcv], args=header_args(header)
+            )
+            if int(reply[0]) == 1:
+                await self._client.zadd(workspace_index(header.workspace), {header.session_id: 0})
+                return header, True
+            existing = header_from(header.session_id, pairs(reply[1]))
+            # repairs an index entry lost to a crash between the two writes
+            await self._client.zadd(workspace_index(existing.workspace), {header.session_id: 0})
+        return existing, False
+
+    async def get_session(self, session_id: str) -> SessionHeader | None:
+        k = SessionKeys.of(session_id)
+        with mapped():
+            fields = await self._client.hgetall(k.hdr)
+        if not fields:
+            return None
+        return header_from(session_id, fields)
+
+    async def is_deleted(self, session_id: str) -> bool:
+        k = SessionKeys.of(session_id)
+        with mapped():
+            return bool(await self._client.exists(k.tomb))
+
+    async def list_sessions(
+        self, workspace: str, *, after: str | None = None, limit: int = 100
+    ) -> list[SessionHeader]:
+        out: list[SessionHeader] = []
+        cursor = after
+        while len(out) < limit:
+            want = limit - len(out)
+            start = b"-" if cursor is None else b"(" + cursor.encode()
+            with mapped():
+                ids = await self._client.zrange(
+                    workspace_index(workspace), start, b"+", bylex=True, offset=0, num=want
+                )
+                if not ids:
+                    break
+                pipe = self._client.pipeline(transaction=False)
+                for raw in ids:
+                    pipe.hgetall(SessionKeys.of(text(raw)).hdr)
+                rows = await pipe.execute()
+            for raw, fields in zip(ids, rows, strict=True):
+                if not fields:
+                    continue  # deleted a moment ago (its index entry goes next)
+                session_id = text(raw)
+                try:
+                    out.append(header_from(session_id, fields))
+                except FormatVersionError:
+                    # listing shows what it can: the header of a newer build, undecoded
+                    out.append(self._foreign_header(session_id, workspace, fields))
+            cursor = text(ids[-1])
+            if len(ids) < want:
+                break
+        return out
+
+    @staticmethod
+    def _foreign_header(
+        session_id: str, workspace: str, fields: dict[bytes, bytes]
+    ) -> SessionHeader:
+        """A newer build's header, reduced to what every version stores beside ``meta``."""
+        return SessionHeader(
+            session_id=session_id,
+            workspace=workspace,
+            name=fields.get(b"name", b"").decode(),
+            created_at="",
+            epoch="",
+            format_version=int(fields[b"v"]),
+            revision=int(fields.get(b"rev", b"0")),
+        )
+
+    async def rename_session(self, session_id: str, name: str) -> None:
+        k = SessionKeys.of(session_id)
+        with mapped():
+            await self._scripts.rename(keys=[k.hdr], args=[name])
+
+    async def delete_session(self, session_id: str) -> bool:
+        k = SessionKeys.of(session_id)
+        with mapped():
+            existed, workspace, pids = await self._scripts.delete(
+                keys=[k.hdr, k.log, k.ids, k.parts, k.tomb, k.dl, k.rcv]
+            )
+            if workspace is not None:
+                await self._client.zrem(workspace_index(text(workspace)), session_id)
+            if pids:
+                members = [encode((session_id, text(p))) for p in pids]
+                await self._client.zrem(DEADLINES, *members)
+            await self._client.zrem(ARCHIVED, session_id)
+        return bool(existed)
+
+    async def archive_session(
+        self, session_id: str, *, ended_at: str, ended_at_ms: int, reason: str, deleted_by: str
+    ) -> bool:
+        header = await self.get_session(session_id)
+        if header is None:
+            return False
+        ended = msgspec.structs.replace(
+            header, ended_at=ended_at, ended_at_ms=ended_at_ms, reason=reason, deleted_by=deleted_by
+        )
+        k = SessionKeys.of(session_id)
+        with mapped():
+            existed, pids = await self._scripts.archive(
+                keys=[k.hdr, k.parts, k.dl], args=[encode(ended)]
+            )
+            if pids:
+                members = [encode((session_id, text(p))) for p in pids]
+                await self._client.zrem(DEADLINES, *members)
+            if existed:
+                await self._client.zadd(ARCHIVED, {session_id: ended_at_ms})
+        return bool(existed)
+
+    async def archived_before(self, cutoff_ms: int, limit: int = 100) -> list[str]:
+        with mapped():
+            ids = await self._client.zrangebyscore(
+                ARCHIVED, "-inf", f"({cutoff_ms}", start=0, num=limit
+            )
+        return [text(i) for i in ids]
+
+    # --- the log ----------------------------------------------------------------------------
+
+    async def append(self, session_id: str, entries: Sequence[NewEntry]) -> list[AppendResult]:
+        return await self.append_nowait(session_id, entries)
+
+    def append_nowait(
+        self,
+        session_id: str,
+        entries: Sequence[NewEntry],
+        *,
+        after: asyncio.Future[list[AppendResult]] | None = None,
+    ) -> asyncio.Future[list[AppendResult]]:
+        """Queue the append at once behind the session's others (see the base class): the
+        drain sends it the moment the call before is answered, or fails it if that failed."""
+        return self.appender.append_nowait(session_id, entries, after=after, epoch=self.lease_epoch)
+
+    async def read(
+        self,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        before_seq: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[LogEntry]:
+        k = SessionKeys.of(session_id)
+        lo = max(after_seq + 1, 1)
+        if (before_seq is not None and before_seq - 1 < lo) or (limit is not None and limit <= 0):
+            return []
+        low = f"{lo}-0"
+        high = "+" if before_seq is None else f"{before_seq - 1}-0"
+        with mapped():
+            if newest_first:
+                rows = await self._client.xrevrange(k.log, high, low, count=limit)
+            else:
+                rows = await self._client.xrange(k.log, low, high, count=limit)
+        return [entry_dec.decode(fields[b"e"]) for _id, fields in rows]
+
+    async def head_seq(self, session_id: str) -> int:
+        k = SessionKeys.of(session_id)
+        with mapped():
+            head = await self._client.hget(k.hdr, "head")
+        return 0 if head is None else int(head)
+
+    async def trimmed_before(self, session_id: str) -> int:
+        k = SessionKeys.of(session_id)
+        with mapped():
+            head, first = await self._client.hmget(k.hdr, ["head", "first"])
+        if head is None:
+            return 1
+        return min(int(first), int(head) + 1)
+
+    async def last_received(self, session_id: str, participant_id: str) -> str | None:
+        """Kept by the append script per sender, so it is right on every node at once."""
+        k = SessionKeys.of(session_id)
+        with mapped():
+            got = await self._client.hget(k.rcv, participant_id)
+        return None if got is None else text(got)
+
+    async def message_seq(self, session_id: str, message_id: str) -> int | None:
+        k = SessionKeys.of(session_id)
+        with mapped():
+            seq = await self._client.hget(k.ids, message_id)
+        return None if seq is None else int(seq)
+
+    async def fork_session(self, source_id: str, header: SessionHeader, at_seq: int) -> bool:
+        src = SessionKeys.of(source_id)
+        dst = SessionKeys.of(header.session_id)
+        with mapped():
+            if not await self._client.exists(src.hdr) or await self._client.exists(dst.hdr):
+                return False
+            # the source's prefix is immutable (only trimming touches it): page through it
+            copied: list[tuple[int, bytes]] = []
+            low = "-"
+            while at_seq >= 1:
+                rows = await self._client.xrange(src.log, low, f"{at_seq}-0", count=_FORK_CHUNK)
+                for entry_id, fields in rows:
+                    copied.append((int(text(entry_id).split("-")[0]), fields[b"e"]))
+                if len(rows) < _FORK_CHUNK:
+                    break
+                low = f"({text(rows[-1][0])}"
+            head = copied[-1][0] if copied else 0
+            first = copied[0][0] if copied else 1
+            keys = [dst.hdr, dst.log, dst.ids, dst.parts, dst.tomb, dst.rcv]
+            chunks = [copied[i : i + _FORK_CHUNK] for i in range(0, len(copied), _FORK_CHUNK)]
+            chunks = chunks or [[]]
+            for i, chunk in enumerate(chunks):
+                args: list[bytes | str | int] = [
+                    "1" if i == 0 else "0",
+                    "1" if i == len(chunks) - 1 else "0",
+                    *header_args(header),
+                    head,
+                    first,
+                ]
+                for seq, packed in chunk:
+                    args += [seq, entry_dec.decode(packed).message_id, packed]
+                if not await self._scripts.fork(keys=keys, args=args):
+                    return False
+            await self._client.zadd(workspace_index(header.workspace), {header.session_id: 0})
+        return True
+
+    # --- participants and deadlines ---------------------------------------------------------
+
+    async def put_participant(self, session_id: str, record: ParticipantRecord) -> None:
+        k = SessionKeys.of(session_id)
+        with mapped():
+            await self._scripts.put_if_session(
+                keys=[k.hdr, k.parts], args=[record.participant_id, encode(record)]
+            )
+
+    async def get_participant(
+        self, session_id: str, participant_id: str
+    ) -> ParticipantRecord | None:
+        k = SessionKeys.of(session_id)
+        with mapped():
+            raw = await self._client.hget(k.parts, participant_id)
+        return None if raw is None else participant_dec.decode(raw)
+
+    async def list_participants(self, session_id: str) -> list[ParticipantRecord]:
+        k = SessionKeys.of(session_id)
+        with mapped():
+            rows = await self._client.hvals(k.parts)
+        return [participant_dec.decode(r) for r in rows]
+
+    async def remove_participant(self, session_id: str, participant_id: str) -> None:
+        k = SessionKeys.of(session_id)
+        with mapped():
+            await self._client.hdel(k.parts, participant_id)
+
+    async def set_deadline(self, deadline: Deadline) -> None:
+        k = SessionKeys.of(deadline.session_id)
+        member = encode((deadline.session_id, deadline.participant_id))
+        with mapped():
+            # the per-session set first: delete_session finds every deadline it must drop
+            await self._client.sadd(k.dl, deadline.participant_id)
+            await self._client.zadd(DEADLINES, {member: deadline.due_ms})
+
+    async def clear_deadline(self, session_id: str, participant_id: str) -> None:
+        k = SessionKeys.of(session_id)
+        with mapped():
+            await self._client.zrem(DEADLINES, encode((session_id, participant_id)))
+            await self._client.srem(k.dl, participant_id)
+
+    async def claim_due_deadlines(self, now_ms: int, limit: int = 100) -> list[Deadline]:
+        if limit <= 0:
+            return []
+        memo = CLAIM_MEMO + secrets.token_hex(12)
+        with mapped():
+            flat = await self._scripts.claim_deadlines(keys=[DEADLINES, memo], args=[now_ms, limit])
+        out: list[Deadline] = []
+        for member, score in zip(flat[::2], flat[1::2], strict=True):
+            session_id, participant_id = member_dec.decode(member)
+            out.append(
+                Deadline(
+                    session_id=session_id,
+                    participant_id=participant_id,
+                    due_ms=int(float(score)),
+                )
+            )
+        return out
+
+    # --- credentials ------------------------------------------------------------------------
+
+    async def put_credential(self, credential: Credential) -> None:
+        with mapped():
+            await self._client.set(credential_key(credential.digest), encode(credential))
+
+    async def get_credential(self, digest: str) -> Credential | None:
+        with mapped():
+            raw = await self._client.get(credential_key(digest))
+        return None if raw is None else credential_dec.decode(raw)
+
+    # --- nodes and session mutexes (multi-node coordination: relay/cluster.py) ------------
+
+    async def node_heartbeat(self, node_id: str, *, new_epoch: bool = False) -> bool:
+        """Record that ``node_id`` is alive; False when it had been claimed as dead.
+
+        Sets :attr:`lease_epoch` when ``node_id`` is this store's node: a node that was not
+        registered (or asks with ``new_epoch``) gets a new one.
+        """
+        registered, epoch = await self.coordination.node_heartbeat(node_id, new_epoch=new_epoch)
+        if node_id == self.node_id:
+            if not new_epoch and self.lease_epoch and epoch != self.lease_epoch:
+                # A new epoch we did not ask for: we were not registered, i.e. declared
+                # dead, even if a retry after a lost reply found us registered again.
+                registered = False
+            self.lease_epoch = max(self.lease_epoch, epoch)
+        return registered
+
+    async def node_epoch(self, node_id: str) -> int:
+        """``node_id``'s current lease epoch (0: it never registered)."""
+        return await self.coordination.node_epoch(node_id)
+
+    async def node_ages(self) -> dict[str, int]:
+        """Every known node → ms since its last heartbeat (-1: claimed or never seen)."""
+        return await self.coordination.node_ages()
+
+    async def claim_node(
+        self, node_id: str, *, dead_after_ms: int, lease_ms: int, token: str, force: bool = False
+    ) -> int | None:
+        """Become the one sweeper of ``node_id`` if it is dead (or ``force``); atomic.
+
+        Returns the node's lease epoch at the claim (to fence), or None when not claimed.
+        """
+        return await self.coordination.claim_node(
+            node_id, dead_after_ms=dead_after_ms, lease_ms=lease_ms, token=token, force=force
+        )
+
+    async def node_swept(self, node_id: str, token: str) -> bool:
+        """The sweep of ``node_id`` ended; forget the node when nothing is left of it."""
+        return await self.coordination.node_swept(node_id, token)
+
+    async def retire_node(self, node_id: str) -> None:
+        """Mark ``node_id`` dead now (a clean shutdown): the next sweep takes its sessions."""
+        await self.coordination.retire_node(node_id)
+
+    async def fence_node(self, session_id: str, node_id: str, epoch: int) -> bool:
+        """Refuse from now on ``node_id``'s appends to the session under leases up to
+        ``epoch`` (the node was declared dead). False when there is no such session."""
+        return await self.coordination.fence_node(session_id, node_id, epoch)
+
+    async def hold_session(self, node_id: str, session_id: str) -> None:
+        """Record that ``node_id`` holds connections of ``session_id``."""
+        await self.coordination.hold_session(node_id, session_id)
+
+    async def release_session(self, node_id: str, session_id: str) -> None:
+        """``node_id`` holds no connection of ``session_id`` any more."""
+        await self.coordination.release_session(node_id, session_id)
+
+    async def held_sessions(self, node_id: str) -> list[str]:
+        """The sessions ``node_id`` holds (or held when it died) connections for."""
+        return await self.coordination.held_sessions(node_id)
+
+    async def lock_session(self, session_id: str, token: str, ttl_ms: int) -> bool:
+        """Try to take the session's cross-node mutex for ``ttl_ms``; False when held."""
+        return await self.coordination.lock_session(session_id, token, ttl_ms)
+
+    async def unlock_session(self, session_id: str, token: str) -> None:
+        """Release the session's mutex if ``token`` still holds it."""
+        await self.coordination.unlock_session(session_id, token)
+
+    # --- pub/sub ----------------------------------------------------------------------------
+
+    async def publish(self, session_id: str, entries: Sequence[LogEntry]) -> None:
+        """Publish ``entries`` on the session's channel as this node (control messages).
+
+        Subscribers get them as one :class:`Published` batch; entries with ``seq`` 0 are never
+        mistaken for log entries (a log's seqs start at 1).
+        """
+        await self.pubsub.publish(session_id, entries)
+
+    async def subscribe(self, *session_ids: str, own: bool = True) -> Subscription:
+        """Receive every batch appended to these sessions from now on (any node's appends).
+
+        Returns once Redis confirmed the subscriptions, so an append that starts after this
+        returns is delivered. Use as ``async with await store.subscribe(s) as sub: async for
+        batch in sub: ...``. See :class:`Subscription` for outages. ``own=False`` leaves out
+        the batches this node published, undecoded (a node delivers its own appends itself).
+        """
+        if self._closed:
+            raise StoreUnavailableError("the redis store is closed")
+        return await self.pubsub.subscribe(*session_ids, own=own)
+
+    def channel(self, session_id: str) -> str:
+        """The session's pub/sub channel."""
+        return channel(session_id)

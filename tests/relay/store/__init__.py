@@ -1,0 +1,1 @@
+"""Tests of the master relay's stores."""
