@@ -8,12 +8,21 @@
 * **Held sets.** ``rawp:{~nodes}:held:<N>``: the sessions node N holds connections for, which
   the sweeper of N recovers.
 * **The session mutex.** ``rawp:{S}:mutex``: a token key with a TTL; whoever holds it may
-  change who the session's client is and finalize what follows from that.
+  change who the session's client is and finalize what follows from that. While held it is
+  renewed every third of its TTL (scripts/extend.lua, token-checked like redis-py's
+  ``Lock.reacquire``), so a holder whose work outlasts the TTL (a delete waiting on a slow
+  consumer) keeps it until it unlocks; a holder that dies, or cannot reach Redis, stops
+  renewing and loses it one TTL later.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from dataclasses import dataclass, field
 from typing import Any
+
+from protocol.errors import StoreError
 
 from .errors import mapped
 from .framing import text
@@ -30,6 +39,16 @@ from .lua import Scripts
 
 __all__ = ["Coordination"]
 
+_log = logging.getLogger("relay.store.redis")
+
+
+@dataclass(eq=False, slots=True)
+class _Held:
+    """A session mutex this store holds, and the task that renews it."""
+
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
 
 class Coordination:
     """Node heartbeats, sweeps, lease epochs, held sets and session mutexes on one client."""
@@ -37,6 +56,20 @@ class Coordination:
     def __init__(self, client: Any, scripts: Scripts) -> None:
         self._client = client
         self._scripts = scripts
+        self._held: dict[tuple[str, str], _Held] = {}  # (session id, token) -> its renewal
+
+    async def close(self) -> None:
+        """Stop renewing the mutexes still held (each expires one TTL later)."""
+        held, self._held = list(self._held.values()), {}
+        for h in held:
+            h.stop.set()
+        tasks = {h.task for h in held if h.task is not None and not h.task.done()}
+        while tasks:
+            # cancelled again until it ends: on Python 3.11 a cancel that lands inside
+            # redis-py's asyncio.wait_for can be swallowed (gh-86296)
+            for task in tasks:
+                task.cancel()
+            _done, tasks = await asyncio.wait(tasks, timeout=0.1)
 
     # --- nodes --------------------------------------------------------------------------------
 
@@ -112,13 +145,57 @@ class Coordination:
     # --- the session mutex --------------------------------------------------------------------
 
     async def lock_session(self, session_id: str, token: str, ttl_ms: int) -> bool:
-        """Try to take the session's cross-node mutex for ``ttl_ms``; False when held."""
+        """Try to take the session's cross-node mutex; False when another holds it.
+
+        Once taken it is renewed to ``ttl_ms`` every ``ttl_ms / 3`` until
+        :meth:`unlock_session` (or :meth:`close`): it lasts as long as its holder's work,
+        and ``ttl_ms`` after the holder stops renewing (it died, or lost Redis).
+        """
         key = mutex_key(session_id)
         with mapped():
-            return bool(await self._client.set(key, token, nx=True, px=ttl_ms))
+            taken = bool(await self._client.set(key, token, nx=True, px=ttl_ms))
+        if taken:
+            held = self._held[(session_id, token)] = _Held()
+            held.task = asyncio.get_running_loop().create_task(
+                self._renew(session_id, token, ttl_ms, held)
+            )
+        return taken
+
+    async def extend_session_lock(self, session_id: str, token: str, ttl_ms: int) -> bool:
+        """Set the mutex's time to live to ``ttl_ms`` again if ``token`` still holds it;
+        False when it does not (it expired, or another holder has it now)."""
+        key = mutex_key(session_id)
+        with mapped():
+            return bool(await self._scripts.extend(keys=[key], args=[token, ttl_ms]))
 
     async def unlock_session(self, session_id: str, token: str) -> None:
-        """Release the session's mutex if ``token`` still holds it."""
+        """Stop renewing the session's mutex and release it if ``token`` still holds it."""
+        held = self._held.pop((session_id, token), None)
+        if held is not None:
+            held.stop.set()  # a renewal in flight is token-checked: harmless after the unlock
         key = mutex_key(session_id)
         with mapped():
             await self._scripts.unlock(keys=[key], args=[token])
+
+    async def _renew(self, session_id: str, token: str, ttl_ms: int, held: _Held) -> None:
+        """Renew the mutex every third of its TTL until told to stop."""
+        every = ttl_ms / 3000
+        while True:
+            try:
+                async with asyncio.timeout(every):
+                    await held.stop.wait()
+                return
+            except TimeoutError:
+                pass
+            try:
+                renewed = await self.extend_session_lock(session_id, token, ttl_ms)
+            except StoreError as exc:
+                # the TTL runs meanwhile: the next tick tries again, if it is still ours
+                _log.warning("session %s: mutex not renewed: %s", session_id, exc)
+                continue
+            if not renewed:
+                if not held.stop.is_set():
+                    _log.warning("session %s: mutex lost while held (expired)", session_id)
+                    if self._held.get((session_id, token)) is held:
+                        del self._held[(session_id, token)]
+                return

@@ -16,6 +16,7 @@ __all__ = [
     "CLAIM_LUA",
     "CREATE_LUA",
     "DELETE_LUA",
+    "EXTEND_LUA",
     "FENCE_LUA",
     "FORK_LUA",
     "NODE_AGES_LUA",
@@ -43,6 +44,7 @@ SOURCES: Final[dict[str, str]] = {
         "claim_deadlines",
         "create",
         "delete",
+        "extend",
         "fence",
         "fork",
         "node_ages",
@@ -60,6 +62,7 @@ ARCHIVE_LUA: Final = SOURCES["archive"]
 CLAIM_LUA: Final = SOURCES["claim_deadlines"]
 CREATE_LUA: Final = SOURCES["create"]
 DELETE_LUA: Final = SOURCES["delete"]
+EXTEND_LUA: Final = SOURCES["extend"]
 FENCE_LUA: Final = SOURCES["fence"]
 FORK_LUA: Final = SOURCES["fork"]
 NODE_AGES_LUA: Final = SOURCES["node_ages"]
@@ -81,6 +84,7 @@ class Scripts:
         self.claim_deadlines: Any = register(CLAIM_LUA)
         self.create: Any = register(CREATE_LUA)
         self.delete: Any = register(DELETE_LUA)
+        self.extend: Any = register(EXTEND_LUA)
         self.fence: Any = register(FENCE_LUA)
         self.fork: Any = register(FORK_LUA)
         self.node_ages: Any = register(NODE_AGES_LUA)

@@ -164,6 +164,7 @@ class RedisStore(Store):
         self._closed = True
         await self.appender.close()
         await self.pubsub.close()
+        await self.coordination.close()
         with contextlib.suppress(rexc.RedisError, OSError):
             await self._client.aclose()
 
@@ -532,11 +533,17 @@ class RedisStore(Store):
         return await self.coordination.held_sessions(node_id)
 
     async def lock_session(self, session_id: str, token: str, ttl_ms: int) -> bool:
-        """Try to take the session's cross-node mutex for ``ttl_ms``; False when held."""
+        """Try to take the session's cross-node mutex; False when held. Renewed while held
+        (see :meth:`Coordination.lock_session`): it expires ``ttl_ms`` after its holder
+        stops renewing, never while the holder works."""
         return await self.coordination.lock_session(session_id, token, ttl_ms)
 
+    async def extend_session_lock(self, session_id: str, token: str, ttl_ms: int) -> bool:
+        """Renew the mutex to ``ttl_ms`` if ``token`` holds it; False when it does not."""
+        return await self.coordination.extend_session_lock(session_id, token, ttl_ms)
+
     async def unlock_session(self, session_id: str, token: str) -> None:
-        """Release the session's mutex if ``token`` still holds it."""
+        """Stop renewing the session's mutex and release it if ``token`` still holds it."""
         await self.coordination.unlock_session(session_id, token)
 
     # --- pub/sub ----------------------------------------------------------------------------

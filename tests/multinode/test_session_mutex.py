@@ -1,0 +1,191 @@
+"""The cross-node session mutex: renewed while its holder works, lost when the holder dies.
+
+Against our own redis-server on a free 127.0.0.1 port (tests/conftest.py), never the
+machine's Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+import relay.cluster
+from relay.fanout import Outbox
+from relay.server import Master
+from relay.store.redis import RedisStore
+from tests.e2e.conftest import API_KEY
+from tests.e2e.conftest import test_settings as settings_for
+from tests.e2e.util import http
+from tests.support.redis_server import RedisServer
+from tests.support.wire import Peer
+
+__all__: list[str] = []
+
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]
+
+_TTL_MS = 300
+
+
+def sid() -> str:
+    """A fresh session id."""
+    return f"s-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+async def stores(redis_server: RedisServer) -> AsyncIterator[Callable[[], RedisStore]]:
+    """Open RedisStores on our own Redis (one per would-be node); all closed after."""
+    opened: list[RedisStore] = []
+
+    def open_one() -> RedisStore:
+        store = RedisStore(redis_server.url)
+        opened.append(store)
+        return store
+
+    yield open_one
+    for store in opened:
+        await store.close()
+
+
+async def stays_refused(store: RedisStore, session_id: str, seconds: float) -> None:
+    """``store`` cannot take the session's mutex at any moment during ``seconds``."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    while loop.time() < end:
+        assert not await store.lock_session(session_id, "contender", _TTL_MS)
+        await asyncio.sleep(0.03)
+
+
+async def test_a_holder_working_past_the_ttl_keeps_the_mutex(
+    stores: Callable[[], RedisStore],
+) -> None:
+    """The holder's work takes 4 TTLs: no contender gets in until it unlocks, then one does."""
+    holder, contender = stores(), stores()
+    s = sid()
+    assert await holder.lock_session(s, "holder", _TTL_MS)
+    await stays_refused(contender, s, 4 * _TTL_MS / 1000)
+    await holder.unlock_session(s, "holder")
+    assert await contender.lock_session(s, "contender", _TTL_MS)
+    await contender.unlock_session(s, "contender")
+
+
+async def test_extend_is_token_checked(stores: Callable[[], RedisStore]) -> None:
+    """Only the holder's token renews the mutex; once released, nobody's does."""
+    holder, other = stores(), stores()
+    s = sid()
+    assert await holder.lock_session(s, "holder", _TTL_MS)
+    assert not await other.extend_session_lock(s, "someone-else", 60_000)
+    assert await holder.extend_session_lock(s, "holder", _TTL_MS)
+    await holder.unlock_session(s, "holder")
+    assert not await holder.extend_session_lock(s, "holder", _TTL_MS)
+
+
+async def test_a_store_that_stops_renewing_loses_the_mutex_after_its_ttl(
+    stores: Callable[[], RedisStore],
+) -> None:
+    """A holder closed without unlocking (renewals stop) blocks others one TTL, no longer."""
+    holder, contender = stores(), stores()
+    s = sid()
+    assert await holder.lock_session(s, "holder", _TTL_MS)
+    await holder.close()
+    assert not await contender.lock_session(s, "contender", _TTL_MS)
+    await asyncio.sleep(_TTL_MS / 1000 + 0.2)
+    assert await contender.lock_session(s, "contender", _TTL_MS)
+    await contender.unlock_session(s, "contender")
+
+
+_HOLDER = """
+import asyncio, sys
+from relay.store.redis import RedisStore
+
+async def main() -> None:
+    store = RedisStore(sys.argv[1])
+    assert await store.lock_session(sys.argv[2], "holder", int(sys.argv[3]))
+    print("held", flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_holder_that_dies_loses_the_mutex_after_its_ttl(
+    redis_server: RedisServer, stores: Callable[[], RedisStore]
+) -> None:
+    """A holder process killed with SIGKILL mid-hold: refused at first, in one TTL later."""
+    ttl_ms = 1000
+    s = sid()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _HOLDER,
+        redis_server.url,
+        s,
+        str(ttl_ms),
+        stdout=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 30)
+        assert line.strip() == b"held"
+        contender = stores()
+        await stays_refused(contender, s, 2 * ttl_ms / 1000)  # renewed while it lives
+        proc.kill()  # SIGKILL: no unlock, no last renewal
+        await proc.wait()
+        loop = asyncio.get_running_loop()
+        killed = loop.time()
+        assert not await contender.lock_session(s, "contender", ttl_ms)
+        while not await contender.lock_session(s, "contender", ttl_ms):
+            assert loop.time() - killed < ttl_ms / 1000 + 1.0, "the dead holder's mutex stays"
+            await asyncio.sleep(0.02)
+        await contender.unlock_session(s, "contender")
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_a_delete_waiting_on_a_slow_consumer_keeps_its_mutex(
+    redis_server: RedisServer,
+    stores: Callable[[], RedisStore],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A DELETE whose participants drain slowly (6 TTLs) holds the session's mutex to the
+    end: another node cannot take it meanwhile, and can right after the delete."""
+    with contextlib.closing(redis_server.client()) as c:
+        c.flushall()
+    monkeypatch.setattr(relay.cluster, "_MUTEX_TTL_MS", _TTL_MS)
+    drain = Outbox.drain
+    slow, draining = asyncio.Event(), asyncio.Event()
+
+    async def slow_drain(self: Outbox, timeout: float) -> bool:
+        if slow.is_set():
+            draining.set()
+            await asyncio.sleep(6 * _TTL_MS / 1000)  # a consumer that reads slowly
+        return await drain(self, timeout)
+
+    monkeypatch.setattr(Outbox, "drain", slow_drain)
+    options: dict[str, Any] = {"store": redis_server.url, "node_id": "N1"}
+    master = Master(settings_for(**options, node_heartbeat_s=0.1, node_dead_after_s=5.0))
+    await master.start()
+    try:
+        s = sid()
+        await Peer.open(master.ws_url, s, role="client", token=API_KEY, create=True)
+        await Peer.open(master.ws_url, s, role="edge", token=API_KEY)
+        other_node = stores()
+        slow.set()
+        delete = asyncio.create_task(http(master, "DELETE", f"/v1/session/{s}"))
+        await asyncio.wait_for(draining.wait(), 10)  # under the mutex, waiting on the edge
+        await stays_refused(other_node, s, 3 * _TTL_MS / 1000)
+        assert not delete.done()
+        status, _ = await delete
+        assert status == 200
+        assert await other_node.lock_session(s, "contender", _TTL_MS)
+        await other_node.unlock_session(s, "contender")
+    finally:
+        await master.stop()
