@@ -1,10 +1,11 @@
 """The session state machine (notes §6): one table of phase × frame type → rule.
 
-:func:`fold` is the only way a frame changes a :class:`SessionState`. It looks the pair
-``(state.phase, frame.type)`` up in :data:`TABLE`; a pair that is not in the table is a
-protocol error. A rule first *checks* (raising a :class:`StateViolation` and changing
-nothing) and then *applies*. :func:`check` runs the checks alone, so the master can refuse a
-frame before logging it, and :func:`fold` applies a frame that is already in the log.
+:func:`check` looks the pair ``(state.phase, frame.type)`` up in :data:`TABLE`; a pair that is
+not in the table is a protocol error. A rule first *checks* (raising a
+:class:`StateViolation` and changing nothing) and then *applies* (:func:`apply`), so the
+master can refuse a frame before logging it. Folding a session's frames — check, keep the
+record that lets a finalization be taken back, apply — is :func:`protocol.finalize.fold`:
+finalization lives in that one module, this one only holds the table.
 
 Phases (orthogonal facts such as open blocks or pending interactions live in the state)::
 
@@ -19,10 +20,9 @@ dashboard, so every view of a session agrees with a replay of its log (notes §8
 
 from __future__ import annotations
 
-import copy
 import enum
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias
 
@@ -50,6 +50,7 @@ from .frames import (
 )
 
 __all__ = [
+    "CONNECTION_TYPES",
     "SESSION_FRAME_TYPES",
     "TABLE",
     "Phase",
@@ -58,10 +59,8 @@ __all__ = [
     "SessionState",
     "Status",
     "allowed_types",
+    "apply",
     "check",
-    "fold",
-    "replay",
-    "snapshot",
     "status",
 ]
 
@@ -142,8 +141,8 @@ _MAY_SEND: Final[dict[SenderRole, frozenset[str]]] = {
     "master": _tags(MasterFrame),
 }
 # Frames about the connection, not the session: never folded.
-_CONNECTION_TYPES: Final = frozenset({"connection.hello", "connection.welcome", "connection.ack"})
-SESSION_FRAME_TYPES: Final = _tags(AnyFrame) - _CONNECTION_TYPES
+CONNECTION_TYPES: Final = frozenset({"connection.hello", "connection.welcome", "connection.ack"})
+SESSION_FRAME_TYPES: Final = _tags(AnyFrame) - CONNECTION_TYPES
 
 
 def allowed_types(role: SenderRole) -> frozenset[str]:
@@ -284,7 +283,6 @@ def _deleted_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
     state.open_thinking.clear()
     state.turn_id = None
     state.agent_state = "idle"
-    _drop_record(state)
 
 
 def _agent_state_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
@@ -480,7 +478,7 @@ def check(
     tag = frame.type
     if tag not in _MAY_SEND[role]:
         raise DirectionError(f"a {role} may not send {tag} (notes §4)")
-    if tag in _CONNECTION_TYPES:
+    if tag in CONNECTION_TYPES:
         if tag == "connection.ack":
             return []
         raise InvalidFrame(f"{tag} is only valid as the first frame of a connection")
@@ -505,26 +503,17 @@ def check(
     return []
 
 
-def fold(
-    state: SessionState, frame: Frame | GenericFrame, role: SenderRole
-) -> list[StateViolation]:
-    """Check, then apply ``frame`` to ``state`` (in place). Returns the warnings of :func:`check`.
+def apply(state: SessionState, frame: Frame | GenericFrame, role: SenderRole) -> None:
+    """Apply ``frame`` from ``role``, which :func:`check` accepted, to ``state`` (in place).
 
-    ``session.history`` frames are folded with :func:`protocol.finalize.fold_history`.
+    The table alone: the record that lets finalization be taken back, histories and replays
+    are :mod:`protocol.finalize`'s (:func:`protocol.finalize.fold` checks, records, applies).
     """
-    warnings = check(state, frame, role)
-    if isinstance(frame, GenericFrame):
-        if role == "client" and state.before_finalization is not None:
-            # Any live client frame (known type or not) means it came back without a history.
-            _record_for_unfinalization(state, frame, role)
-        return warnings
-    if frame.type in _CONNECTION_TYPES:
-        return warnings
-    _record_for_unfinalization(state, frame, role)
+    if isinstance(frame, GenericFrame) or frame.type in CONNECTION_TYPES:
+        return
     rule = TABLE[state.phase, frame.type]
     rule.apply(state, frame, role)
     state.phase = _next_phase(state, frame, role, rule)
-    return warnings
 
 
 def _next_phase(state: SessionState, frame: Frame, role: SenderRole, rule: Rule) -> Phase:
@@ -535,62 +524,3 @@ def _next_phase(state: SessionState, frame: Frame, role: SenderRole, rule: Rule)
     if state.phase is Phase.USAGE_DUE and role == "client":
         return Phase.IDLE
     return state.phase
-
-
-def _record_for_unfinalization(
-    state: SessionState, frame: Frame | GenericFrame, role: SenderRole
-) -> None:
-    if frame.synthetic:
-        local = frame.seq is None
-        if state.before_finalization is None:
-            state.before_finalization = snapshot(state)
-            state.finalized_locally = local
-        elif local and not state.finalized_locally:
-            # This view finalizes on top of the log's finalization (it dropped in the middle of
-            # the master's synthetic frames): nest the records, the log's inside ours, so the
-            # backlog takes back exactly ours and the client's history both.
-            state.before_finalization = copy.deepcopy(state)
-            state.since_finalization = []
-            state.finalized_locally = True
-        return
-    if state.before_finalization is None:
-        return
-    if role == "client":
-        # The client came back without (or before) a history: finalization stands (§7.8.3).
-        _drop_record(state)
-    else:
-        state.since_finalization.append((frame, role))
-
-
-def _drop_record(state: SessionState) -> None:
-    state.before_finalization = None
-    state.since_finalization = []
-    state.finalized_locally = False
-
-
-def snapshot(state: SessionState) -> SessionState:
-    """A deep copy of ``state`` without its own unfinalization record."""
-    saved = state.before_finalization, state.since_finalization, state.finalized_locally
-    _drop_record(state)
-    try:
-        return copy.deepcopy(state)
-    finally:
-        state.before_finalization, state.since_finalization, state.finalized_locally = saved
-
-
-def replay(frames: Sequence[tuple[Frame | GenericFrame, SenderRole]]) -> SessionState:
-    """Fold ``frames`` into a fresh state, skipping the ones the state machine refuses.
-
-    ``session.history`` entries are folded with :func:`protocol.finalize.fold_entry`, so a
-    replay of a session log reproduces the live view (notes §8 invariant 3, §15.1).
-    """
-    # Imported here: finalize builds on this module.
-    from .finalize import fold_entry
-
-    state = SessionState()
-    for frame, role in frames:
-        try:
-            state = fold_entry(state, frame, role)
-        except ProtocolError:
-            continue
-    return state

@@ -19,7 +19,7 @@ from protocol.errors import (
     StateViolation,
     UsageMissing,
 )
-from protocol.finalize import finalize
+from protocol.finalize import finalize, fold, replay, snapshot
 from protocol.state import (
     SESSION_FRAME_TYPES,
     TABLE,
@@ -28,9 +28,6 @@ from protocol.state import (
     SessionState,
     allowed_types,
     check,
-    fold,
-    replay,
-    snapshot,
     status,
 )
 
