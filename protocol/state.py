@@ -53,6 +53,7 @@ __all__ = [
     "CONNECTION_TYPES",
     "SESSION_FRAME_TYPES",
     "TABLE",
+    "Effect",
     "Phase",
     "Rule",
     "SenderRole",
@@ -61,6 +62,7 @@ __all__ = [
     "allowed_types",
     "apply",
     "check",
+    "effect_of",
     "status",
 ]
 
@@ -156,16 +158,61 @@ Check: TypeAlias = Callable[[SessionState, Frame, SenderRole], None]
 Apply: TypeAlias = Callable[[SessionState, Frame, SenderRole], None]
 
 
+class Effect(enum.Enum):
+    """What a frame does beyond the session state, for the master to carry out.
+
+    The table's rules name it (:attr:`Rule.effect`); :func:`effect_of` reads it for one
+    frame. The master applies it in one place for every committed entry, whether its own
+    worker committed it or another node's, and for the frames inside a client's
+    ``session.history``. Whether the sender's credential may do it is the act table's
+    (:mod:`protocol.acts`).
+    """
+
+    NONE = "none"
+    RENAME = "rename"  # session.renamed: the session's name (header) follows the frame
+    END_REQUESTED = "end_requested"  # a participant's session.deleted: end it (user_request)
+    END_WITH_ERROR = "end_with_error"  # session.error {fatal: true}: end it (error)
+    ENDED = "ended"  # the master's session.deleted: the session is over, nothing follows
+    PRESENCE = "presence"  # session.presence: who is attached changed (the client, for one)
+
+
+EffectOf: TypeAlias = Callable[[Frame, SenderRole], Effect]
+
+
+def _no_effect(frame: Frame, role: SenderRole) -> Effect:
+    return Effect.NONE
+
+
+def _renames(frame: Frame, role: SenderRole) -> Effect:
+    return Effect.RENAME
+
+
+def _presence(frame: Frame, role: SenderRole) -> Effect:
+    return Effect.PRESENCE
+
+
+def _ends_when_fatal(frame: Frame, role: SenderRole) -> Effect:
+    return Effect.END_WITH_ERROR if frame.payload.fatal else Effect.NONE  # type: ignore[attr-defined]
+
+
+def _ends(frame: Frame, role: SenderRole) -> Effect:
+    # The master's own session.deleted is the end; anyone else's is a request for it (§15.8).
+    return Effect.ENDED if role == "master" else Effect.END_REQUESTED
+
+
 @dataclass(frozen=True)
 class Rule:
-    """One cell of the table: what to check, what to change, which phase follows.
+    """One cell of the table: what to check, what to change, which phase follows, and what
+    the frame does beyond the state.
 
-    ``then`` is the next phase (None keeps the current one).
+    ``then`` is the next phase (None keeps the current one); ``effect`` names the
+    :class:`Effect` of a frame the rule accepts.
     """
 
     check: Check
     apply: Apply
     then: Phase | None = None
+    effect: EffectOf = _no_effect
 
 
 def _nothing(state: SessionState, frame: Frame, role: SenderRole) -> None:
@@ -405,10 +452,10 @@ def _master_notice_only(state: SessionState, frame: Frame, role: SenderRole) -> 
 _ANYTIME: Final[dict[str, Rule]] = {
     "session.usage": Rule(_usage_check, _usage_apply),
     "session.compacted": Rule(_compacted_check, _compacted_apply),
-    "session.renamed": Rule(_renamed_check, _renamed_apply),
-    "session.error": Rule(_nothing, _nothing),
-    "session.presence": Rule(_nothing, _nothing),
-    "session.deleted": Rule(_deleted_check, _deleted_apply, Phase.TERMINATED),
+    "session.renamed": Rule(_renamed_check, _renamed_apply, effect=_renames),
+    "session.error": Rule(_nothing, _nothing, effect=_ends_when_fatal),
+    "session.presence": Rule(_nothing, _nothing, effect=_presence),
+    "session.deleted": Rule(_deleted_check, _deleted_apply, Phase.TERMINATED, effect=_ends),
     "agent.state": Rule(_nothing, _agent_state_apply),
     "agent.text.delta": Rule(_delta_check("text"), _delta_apply("text")),
     "agent.text.done": Rule(_done_check("text"), _done_apply("text")),
@@ -501,6 +548,16 @@ def check(
             )
         ]
     return []
+
+
+def effect_of(frame: Frame | GenericFrame, role: SenderRole) -> Effect:
+    """The :class:`Effect` the table names for ``frame`` from ``role`` (a frame of any phase:
+    effects do not depend on it). Unknown types, connection frames and histories have none
+    of their own (a history's frames have theirs)."""
+    if isinstance(frame, GenericFrame):
+        return Effect.NONE
+    rule = _ANYTIME.get(frame.type)
+    return Effect.NONE if rule is None else rule.effect(frame, role)
 
 
 def apply(state: SessionState, frame: Frame | GenericFrame, role: SenderRole) -> None:
