@@ -129,7 +129,7 @@ class MasterProcess:
             self._log = None
 
 
-def start_all(masters: list[MasterProcess], timeout: float = 20.0) -> None:
+def start_all(masters: list[MasterProcess], timeout: float = 60.0) -> None:
     """Start several masters in parallel and wait until each serves."""
     for master in masters:
         master.spawn()
