@@ -25,6 +25,7 @@ in one cluster slot and each per-session operation is one atomic Lua script:
 ``rawp:{~nodes}:live``      sorted set node_id → last heartbeat, ms on Redis's clock
 ``rawp:{~nodes}:all``       set of node ids that registered (and may have sessions to sweep)
 ``rawp:{~nodes}:held:<N>``  set of session ids node N holds connections for
+``rawp:{~nodes}:writing:<N>`` hash session_id → REST writes node N has in progress there
 ``rawp:{~nodes}:sweep:<N>`` lease of the node sweeping dead node N (one sweeper at a time)
 ``rawp:{~nodes}:epoch``     hash node_id → its lease epoch (fencing token; a node that
                             registers anew, or learns it was declared dead, gets a new one)
@@ -45,13 +46,17 @@ its answer under the call's token, the append script the last answer of each wri
 instance) with its batch number, and a late copy of an older batch is refused, so a batch is
 applied at most once and never after a later batch of the same writer. Fencing: a session
 recovered from a dead node records that node's lease epoch (``f:<node>``), and the append
-script refuses the node's entries accepted under that epoch or an older one.
+script refuses the node's entries accepted under that epoch or an older one, the rename
+script its header writes. A write made outside a connection (REST) first records the session
+in ``writing:<N>`` with a script that checks the node is still live under the epoch the write
+carries, so a sweep that claims the node finds (and fences) every session it may still write.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import secrets
 from collections import deque
@@ -254,9 +259,15 @@ return {0, false, pids}
 """
 
 RENAME_LUA: Final = r"""
--- rawp rename: set the name and bump the revision.
--- KEYS[1] hdr   ARGV[1] the new name.   Returns 0 when there is no such session.
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+-- rawp rename: set the name and bump the revision, unless the writer is fenced.
+-- KEYS[1] hdr   ARGV[1] the new name   ARGV[2] node_id   ARGV[3] the lease epoch the rename
+-- was made under: refused FENCED like an append (see APPEND_LUA) when the session fenced
+-- that node's leases up to an epoch >= it.   Returns 0 when there is no such session.
+local h = redis.call('HMGET', KEYS[1], 'v', 'f:' .. ARGV[2])
+if not h[1] then return 0 end
+if h[2] and tonumber(ARGV[3]) <= tonumber(h[2]) then
+  return redis.error_reply('FENCED ' .. h[2])
+end
 redis.call('HSET', KEYS[1], 'name', ARGV[1])
 redis.call('HINCRBY', KEYS[1], 'rev', 1)
 return 1
@@ -376,15 +387,37 @@ if tonumber(ARGV[2]) > current then redis.call('HSET', KEYS[1], field, ARGV[2]) 
 return 1
 """
 
+WRITE_HOLD_LUA: Final = r"""
+-- rawp write hold: before a write made outside a connection (REST), record the session as
+-- one the node may write, but only while the node is live under the lease epoch the write
+-- carries. A sweeper claims the node (removing it from live) before it reads what the node
+-- held, so either the hold comes first and the sweep fences the session, or it is refused.
+-- KEYS[1] rawp:{~nodes}:live  KEYS[2] rawp:{~nodes}:epoch  KEYS[3] rawp:{~nodes}:writing:<N>
+-- ARGV[1] node_id  ARGV[2] the lease epoch  ARGV[3] session_id
+-- Returns 1 when held, 0 when the node was claimed or its lease epoch is another one.
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+if tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0') ~= tonumber(ARGV[2]) then return 0 end
+redis.call('HINCRBY', KEYS[3], ARGV[3], 1)
+return 1
+"""
+
+WRITE_DONE_LUA: Final = r"""
+-- rawp write done: one REST write of the node to the session ended (see WRITE_HOLD_LUA).
+-- KEYS[1] rawp:{~nodes}:writing:<N>   ARGV[1] session_id
+if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end
+return 1
+"""
+
 NODE_SWEPT_LUA: Final = r"""
 -- rawp node swept: the sweeper finished; forget the node once nothing is left to sweep.
 -- KEYS[1] rawp:{~nodes}:all  KEYS[2] rawp:{~nodes}:held:<node>  KEYS[3] its sweep lease
--- KEYS[4] rawp:{~nodes}:live
+-- KEYS[4] rawp:{~nodes}:live  KEYS[5] rawp:{~nodes}:writing:<node> (swept with the held set)
 -- ARGV[1] node_id  ARGV[2] the sweeper's token
 -- Returns 1 when the node was forgotten, 0 when sessions are left (or it came back).
 if redis.call('GET', KEYS[3]) == ARGV[2] then redis.call('DEL', KEYS[3]) end
 if redis.call('SCARD', KEYS[2]) > 0 or redis.call('ZSCORE', KEYS[4], ARGV[1]) then return 0 end
 redis.call('SREM', KEYS[1], ARGV[1])
+redis.call('DEL', KEYS[5])
 return 1
 """
 
@@ -444,10 +477,16 @@ _DEADLINES: Final = "rawp:{~dl}:due"
 _NODES_LIVE: Final = "rawp:{~nodes}:live"
 _NODES_ALL: Final = "rawp:{~nodes}:all"
 _NODES_HELD: Final = "rawp:{~nodes}:held:"
+_NODES_WRITING: Final = "rawp:{~nodes}:writing:"
 _NODES_SWEEP: Final = "rawp:{~nodes}:sweep:"
 _NODES_EPOCH: Final = "rawp:{~nodes}:epoch"
 _CLAIM_MEMO: Final = "rawp:{~dl}:claim:"
 _ARCHIVED: Final = "rawp:{~ar}:ended"  # sorted set: archived session id, score ended_at_ms
+# The lease epoch the writes of the current task carry instead of the store's current one
+# (see RedisStore.pinned_epoch): a REST request writes under the lease it arrived under.
+_PINNED_EPOCH: Final[contextvars.ContextVar[int | None]] = contextvars.ContextVar(
+    "rawp_pinned_epoch", default=None
+)
 
 # ResponseError prefixes that mean "Redis cannot take writes right now", not "bad request".
 _UNAVAILABLE_REPLIES: Final = (
@@ -647,6 +686,8 @@ class RedisStore(Store):
         self._node_claim_script = self._client.register_script(NODE_CLAIM_LUA)
         self._node_swept_script = self._client.register_script(NODE_SWEPT_LUA)
         self._fence_script = self._client.register_script(FENCE_LUA)
+        self._write_hold_script = self._client.register_script(WRITE_HOLD_LUA)
+        self._write_done_script = self._client.register_script(WRITE_DONE_LUA)
         self._unlock_script = self._client.register_script(UNLOCK_LUA)
         self._node_packed = _enc.encode(self.node_id)
         # One writer per store instance: its batch numbers only grow (see APPEND_LUA).
@@ -801,8 +842,14 @@ class RedisStore(Store):
 
     async def rename_session(self, session_id: str, name: str) -> None:
         k = _Keys.of(session_id)
-        with _mapped():
-            await self._rename_script(keys=[k.hdr], args=[name])
+        epoch = self.write_epoch()
+        try:
+            with _mapped():
+                await self._rename_script(keys=[k.hdr], args=[name, self.node_id, epoch])
+        except StoreError as exc:
+            if "FENCED" in str(exc):
+                raise self._fenced(session_id, epoch) from None
+            raise
 
     async def delete_session(self, session_id: str) -> bool:
         k = _Keys.of(session_id)
@@ -865,7 +912,7 @@ class RedisStore(Store):
         if self._closed:
             future.set_exception(StoreUnavailableError("the redis store is closed"))
             return future
-        pending = _Pending(entries, future, after, self.lease_epoch)
+        pending = _Pending(entries, future, after, self.write_epoch())
         queue = self._queues.get(session_id)
         if queue is None:
             queue = self._queues[session_id] = _Queue()
@@ -977,11 +1024,7 @@ class RedisStore(Store):
                 version = int(text.rsplit("FORMAT ", 1)[1].split()[0])
                 raise _newer(session_id, version) from None
             if "FENCED" in text:
-                if epoch == self.lease_epoch and self.on_fenced is not None:
-                    self.on_fenced()  # news to this node: it was declared dead
-                raise NodeFencedError(
-                    f"session {session_id} fenced this node's lease {epoch}: declared dead"
-                ) from None
+                raise self._fenced(session_id, epoch) from None
             if "STALE" in text:
                 raise StoreUnavailableError("append superseded by a later batch") from None
             raise
@@ -1031,6 +1074,49 @@ class RedisStore(Store):
         with _mapped():
             got = await self._client.hget(k.rcv, participant_id)
         return None if got is None else _text(got)
+
+    def _fenced(self, session_id: str, epoch: int) -> NodeFencedError:
+        if epoch == self.lease_epoch and self.on_fenced is not None:
+            self.on_fenced()  # news to this node: it was declared dead
+        return NodeFencedError(
+            f"session {session_id} fenced this node's lease {epoch}: declared dead"
+        )
+
+    def write_epoch(self) -> int:
+        """The lease epoch this task's writes carry: the pinned one, else the current one."""
+        pinned = _PINNED_EPOCH.get()
+        return self.lease_epoch if pinned is None else pinned
+
+    @contextlib.contextmanager
+    def pinned_epoch(self, epoch: int) -> Iterator[None]:
+        """Within the block, this task's appends and renames carry ``epoch`` (not whatever
+        lease the node holds by the time they are made): a REST request writes under the
+        lease it arrived under, and is refused if that lease was fenced meanwhile."""
+        token = _PINNED_EPOCH.set(epoch)
+        try:
+            yield
+        finally:
+            _PINNED_EPOCH.reset(token)
+
+    async def hold_write(self, session_id: str, epoch: int) -> bool:
+        """Record a write of this node to ``session_id`` outside a connection (REST), so a
+        sweep that claims this node fences the session too. False (nothing recorded) when
+        the node is no longer live under ``epoch``: claimed by a sweeper, or re-registered."""
+        _check_id(session_id)
+        keys = [_NODES_LIVE, _NODES_EPOCH, _NODES_WRITING + self.node_id]
+        with _mapped():
+            held = bool(
+                await self._write_hold_script(keys=keys, args=[self.node_id, epoch, session_id])
+            )
+        if not held and epoch == self.lease_epoch and self.on_fenced is not None:
+            self.on_fenced()  # claimed while we did not know: declared dead
+        return held
+
+    async def write_done(self, session_id: str) -> None:
+        """The REST write :meth:`hold_write` recorded has ended."""
+        keys = [_NODES_WRITING + self.node_id]
+        with _mapped():
+            await self._write_done_script(keys=keys, args=[session_id])
 
     async def fence_node(self, session_id: str, node_id: str, epoch: int) -> bool:
         """Refuse from now on ``node_id``'s appends to the session under leases up to
@@ -1200,7 +1286,13 @@ class RedisStore(Store):
 
     async def node_swept(self, node_id: str, token: str) -> bool:
         """The sweep of ``node_id`` ended; forget the node when nothing is left of it."""
-        keys = [_NODES_ALL, _NODES_HELD + node_id, _NODES_SWEEP + node_id, _NODES_LIVE]
+        keys = [
+            _NODES_ALL,
+            _NODES_HELD + node_id,
+            _NODES_SWEEP + node_id,
+            _NODES_LIVE,
+            _NODES_WRITING + node_id,
+        ]
         with _mapped():
             return bool(await self._node_swept_script(keys=keys, args=[node_id, token]))
 
@@ -1220,9 +1312,12 @@ class RedisStore(Store):
             await self._client.srem(_NODES_HELD + node_id, session_id)
 
     async def held_sessions(self, node_id: str) -> list[str]:
-        """The sessions ``node_id`` holds (or held when it died) connections for."""
+        """The sessions ``node_id`` holds (or held when it died) connections for, or has a
+        REST write in progress to (:meth:`hold_write`)."""
         with _mapped():
-            return sorted(_text(s) for s in await self._client.smembers(_NODES_HELD + node_id))
+            held = await self._client.smembers(_NODES_HELD + node_id)
+            writing = await self._client.hkeys(_NODES_WRITING + node_id)
+        return sorted({_text(s) for s in (*held, *writing)})
 
     async def lock_session(self, session_id: str, token: str, ttl_ms: int) -> bool:
         """Try to take the session's cross-node mutex for ``ttl_ms``; False when held."""
