@@ -90,6 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--no-profile", action="store_true", help="never run the extra profiled rounds"
     )
+    parser.add_argument(
+        "--before", default=None, metavar="REF", help="before_after: the commit to compare with"
+    )
     args = parser.parse_args(argv)
     if args.list:
         for name, entry in benchmarks.items():

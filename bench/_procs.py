@@ -175,7 +175,9 @@ class Proc:
         return p.returncode
 
 
-async def _spawn(argv: Sequence[str], *, stderr_path: Path | None) -> asyncio.subprocess.Process:
+async def _spawn(
+    argv: Sequence[str], *, stderr_path: Path | None, root: Path | None = None
+) -> asyncio.subprocess.Process:
     stderr: Any = asyncio.subprocess.DEVNULL
     handle = None
     if stderr_path is not None:
@@ -187,7 +189,9 @@ async def _spawn(argv: Sequence[str], *, stderr_path: Path | None) -> asyncio.su
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=stderr,
-            cwd=ROOT,
+            cwd=ROOT if root is None else root,
+            # ``root``: another tree of the project (bench.before_after); its packages first
+            env=None if root is None else {**os.environ, "PYTHONPATH": str(root)},
             preexec_fn=_child_setup,
             limit=1 << 24,
         )
@@ -221,8 +225,12 @@ async def start_master(
     max_seconds: float = 900.0,
     stderr_path: Path | None = None,
     tracemalloc: bool = False,
+    root: Path | None = None,
 ) -> Proc:
     """A master on free 127.0.0.1 ports with API key :data:`API_KEY`, log level warning.
+
+    ``root``: run the master of another tree of the project (an exported commit) with this
+    interpreter and its dependencies, instead of this checkout's.
 
     ``rawp_serve`` runs the ``rawp serve`` command itself; otherwise ``bench._master``
     (same flags, plus ``--loop``, ``--profile``, ``--control``, ``--max-seconds``).
@@ -244,7 +252,7 @@ async def start_master(
             argv.append("--control")
         if tracemalloc:
             argv.append("--tracemalloc")
-    process = await _spawn(argv, stderr_path=stderr_path)
+    process = await _spawn(argv, stderr_path=stderr_path, root=root)
     words = await _announced(process, "RAWP master:", 30.0)
     # "RAWP master: ws URL  http URL"
     return Proc(process, ws_url=words[3], http_url=words[5], label="master")
@@ -317,8 +325,9 @@ async def start_worker(
 
 def redis_available() -> str | None:
     """Why the Redis variant cannot run, or None when it can."""
-    if not (ROOT / "relay" / "store" / "redis" / "__init__.py").exists():
-        return "relay/store/redis/ does not exist yet"
+    store = ROOT / "relay" / "store"
+    if not ((store / "redis" / "__init__.py").exists() or (store / "redis.py").exists()):
+        return "relay/store/redis does not exist yet"
     try:
         from tests.support.redis_server import redis_server_binary
     except ImportError as exc:

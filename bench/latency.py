@@ -63,7 +63,12 @@ AIM_P99_MS: Final = 5.0
 
 
 async def _measure(
-    variant: str, args: argparse.Namespace, workdir: Path, *, profile: Path | None = None
+    variant: str,
+    args: argparse.Namespace,
+    workdir: Path,
+    *,
+    profile: Path | None = None,
+    root: Path | None = None,
 ) -> dict[str, Any]:
     loop = getattr(args, "loop", "asyncio")
     duration = 3.0 if args.quick else 10.0
@@ -71,16 +76,16 @@ async def _measure(
     if variant == "baseline":
         server: Proc = await start_baseline(loop=loop)
     elif variant == "memory":
-        server = await start_master(UNTHROTTLED, loop=loop)
+        server = await start_master(UNTHROTTLED, loop=loop, root=root)
     elif variant == "sqlite":
         # a fresh file per round (notes §16.2: WAL, synchronous=FULL, the rawp serve default)
         db = workdir / f"sqlite-{time.monotonic_ns()}" / "rawp.db"
-        server = await start_master([*UNTHROTTLED, "--store", f"sqlite:{db}"], loop=loop)
+        server = await start_master([*UNTHROTTLED, "--store", f"sqlite:{db}"], loop=loop, root=root)
     else:
         fsync = "everysec" if variant == EVERYSEC else "always"
         redis_ctx = redis_server(workdir / f"redis-{time.monotonic_ns()}", fsync)
         handle = await redis_ctx.__aenter__()
-        server = await start_master([*UNTHROTTLED, "--store", handle.url], loop=loop)
+        server = await start_master([*UNTHROTTLED, "--store", handle.url], loop=loop, root=root)
     sid = f"s-lat-{time.monotonic_ns()}"
     common = {"host": server.host, "port": server.port, "session_id": sid, "max_seconds": 120}
     try:

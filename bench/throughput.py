@@ -72,6 +72,7 @@ async def _round(
     *,
     profile: Path | None = None,
     edges: int = 3,
+    root: Path | None = None,
 ) -> dict[str, Any]:
     loop = getattr(args, "loop", "asyncio")
     measure = 2.0 if args.quick else 5.0
@@ -80,16 +81,16 @@ async def _round(
     if variant == "baseline":
         server: Proc = await start_baseline(loop=loop)
     elif variant == "memory":
-        server = await start_master(UNTHROTTLED, loop=loop)
+        server = await start_master(UNTHROTTLED, loop=loop, root=root)
     elif variant == "sqlite":
         # a fresh file per round (notes §16.2: WAL, synchronous=FULL, the rawp serve default)
         db = workdir / f"sqlite-{time.monotonic_ns()}" / "rawp.db"
-        server = await start_master([*UNTHROTTLED, "--store", f"sqlite:{db}"], loop=loop)
+        server = await start_master([*UNTHROTTLED, "--store", f"sqlite:{db}"], loop=loop, root=root)
     else:
         redis_ctx = redis_server(workdir / f"redis-{time.monotonic_ns()}")
         handle = await redis_ctx.__aenter__()
         redis_pid = handle.pid
-        server = await start_master([*UNTHROTTLED, "--store", handle.url], loop=loop)
+        server = await start_master([*UNTHROTTLED, "--store", handle.url], loop=loop, root=root)
     try:
         worker = await start_worker(
             "throughput",

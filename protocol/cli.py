@@ -25,9 +25,9 @@ from typing import Any, BinaryIO, Final
 
 from . import codec, schema
 from .errors import DirectionError, InvalidFrame, ProtocolError
-from .finalize import plan_history
+from .finalize import fold, plan_history
 from .frames import Frame, GenericFrame, History
-from .state import SenderRole, SessionState, allowed_types, check, fold
+from .state import SenderRole, SessionState, allowed_types, check
 
 __all__ = [
     "LineResult",

@@ -2,7 +2,12 @@
 
 * :func:`finalize` lists the synthetic frames that close a session's unfinished state when
   its client's connection is lost (§7.8.1), each with ``metadata.synthetic: true``. Folding
-  them (with :func:`protocol.state.fold`) records the state they replaced.
+  them (with :func:`fold`) records the state they replaced.
+* :func:`fold` is how every frame of a session changes its state: the table's check
+  (:func:`protocol.state.check`), then the record of what a later history may retract
+  (the state before the first synthetic frame and the real frames folded since), then the
+  table's apply. :func:`make_final` drops the record (the finalization can no longer be
+  taken back); :func:`snapshot` copies a state without it; :func:`replay` folds a log.
 * :func:`fold_history` folds a ``session.history``: when it is not truncated and holds no
   ``session.deleted``, the synthetic frames are taken back out (the state from just before
   them is restored and the real frames folded since are re-applied) and the history's frames
@@ -24,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from . import codec
-from .errors import DirectionError, NotAllowed, ProtocolError
+from .errors import DirectionError, NotAllowed, ProtocolError, StateViolation
 from .frames import (
     AgentState,
     AgentStatePayload,
@@ -43,16 +48,20 @@ from .frames import (
     TurnEnd,
     TurnEndPayload,
 )
-from .state import Phase, SenderRole, SessionState, allowed_types, fold, snapshot
+from .state import CONNECTION_TYPES, Phase, SenderRole, SessionState, allowed_types, apply, check
 
 __all__ = [
     "CONNECTION_LOST",
     "HistoryPlan",
     "finalize",
+    "fold",
     "fold_entry",
     "fold_history",
+    "make_final",
     "needs_finalization",
     "plan_history",
+    "replay",
+    "snapshot",
     "unfinalizes",
 ]
 
@@ -220,3 +229,85 @@ def _role_of(frame: Frame | GenericFrame, default: SenderRole) -> SenderRole:
     if default == "master" and frame.sender is not None:
         return frame.sender.role
     return default
+
+
+# --- the unfinalization record (§7.8.3) ----------------------------------------------------
+
+
+def fold(
+    state: SessionState, frame: Frame | GenericFrame, role: SenderRole
+) -> list[StateViolation]:
+    """Check, record, then apply ``frame`` from ``role`` to ``state`` (in place).
+
+    Returns the warnings of :func:`protocol.state.check` (``usage_missing``); raises the
+    :class:`ProtocolError` that refuses the frame, changing nothing. ``session.history``
+    frames are folded with :func:`fold_entry` / :func:`fold_history`.
+    """
+    warnings = check(state, frame, role)
+    if isinstance(frame, GenericFrame):
+        if role == "client" and state.before_finalization is not None:
+            # Any live client frame (known type or not) means it came back without a history.
+            _record(state, frame, role)
+        return warnings
+    if frame.type in CONNECTION_TYPES:
+        return warnings
+    _record(state, frame, role)
+    apply(state, frame, role)
+    if isinstance(frame, Deleted):
+        make_final(state)  # nothing can retract a finalization of a deleted session
+    return warnings
+
+
+def _record(state: SessionState, frame: Frame | GenericFrame, role: SenderRole) -> None:
+    if frame.synthetic:
+        local = frame.seq is None
+        if state.before_finalization is None:
+            state.before_finalization = snapshot(state)
+            state.finalized_locally = local
+        elif local and not state.finalized_locally:
+            # This view finalizes on top of the log's finalization (it dropped in the middle of
+            # the master's synthetic frames): nest the records, the log's inside ours, so the
+            # backlog takes back exactly ours and the client's history both.
+            state.before_finalization = copy.deepcopy(state)
+            state.since_finalization = []
+            state.finalized_locally = True
+        return
+    if state.before_finalization is None:
+        return
+    if role == "client":
+        # The client came back without (or before) a history: finalization stands (§7.8.3).
+        make_final(state)
+    else:
+        state.since_finalization.append((frame, role))
+
+
+def make_final(state: SessionState) -> None:
+    """Drop the unfinalization record: the finalization in effect can no longer be taken back."""
+    state.before_finalization = None
+    state.since_finalization = []
+    state.finalized_locally = False
+
+
+def snapshot(state: SessionState) -> SessionState:
+    """A deep copy of ``state`` without its own unfinalization record."""
+    saved = state.before_finalization, state.since_finalization, state.finalized_locally
+    make_final(state)
+    try:
+        return copy.deepcopy(state)
+    finally:
+        state.before_finalization, state.since_finalization, state.finalized_locally = saved
+
+
+def replay(frames: Sequence[tuple[Frame | GenericFrame, SenderRole]]) -> SessionState:
+    """Fold ``frames`` into a fresh state, skipping the ones the state machine refuses.
+
+    ``session.history`` entries are folded with :func:`fold_entry`, so a replay of a session
+    log reproduces the live view (notes §8 invariant 3, §15.1).
+    """
+    state = SessionState()
+    for frame, role in frames:
+        try:
+            state = fold_entry(state, frame, role)
+        except ProtocolError:
+            continue
+    return state

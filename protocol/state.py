@@ -1,10 +1,11 @@
 """The session state machine (notes §6): one table of phase × frame type → rule.
 
-:func:`fold` is the only way a frame changes a :class:`SessionState`. It looks the pair
-``(state.phase, frame.type)`` up in :data:`TABLE`; a pair that is not in the table is a
-protocol error. A rule first *checks* (raising a :class:`StateViolation` and changing
-nothing) and then *applies*. :func:`check` runs the checks alone, so the master can refuse a
-frame before logging it, and :func:`fold` applies a frame that is already in the log.
+:func:`check` looks the pair ``(state.phase, frame.type)`` up in :data:`TABLE`; a pair that is
+not in the table is a protocol error. A rule first *checks* (raising a
+:class:`StateViolation` and changing nothing) and then *applies* (:func:`apply`), so the
+master can refuse a frame before logging it. Folding a session's frames — check, keep the
+record that lets a finalization be taken back, apply — is :func:`protocol.finalize.fold`:
+finalization lives in that one module, this one only holds the table.
 
 Phases (orthogonal facts such as open blocks or pending interactions live in the state)::
 
@@ -19,10 +20,9 @@ dashboard, so every view of a session agrees with a replay of its log (notes §8
 
 from __future__ import annotations
 
-import copy
 import enum
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias
 
@@ -50,18 +50,19 @@ from .frames import (
 )
 
 __all__ = [
+    "CONNECTION_TYPES",
     "SESSION_FRAME_TYPES",
     "TABLE",
+    "Effect",
     "Phase",
     "Rule",
     "SenderRole",
     "SessionState",
     "Status",
     "allowed_types",
+    "apply",
     "check",
-    "fold",
-    "replay",
-    "snapshot",
+    "effect_of",
     "status",
 ]
 
@@ -142,8 +143,8 @@ _MAY_SEND: Final[dict[SenderRole, frozenset[str]]] = {
     "master": _tags(MasterFrame),
 }
 # Frames about the connection, not the session: never folded.
-_CONNECTION_TYPES: Final = frozenset({"connection.hello", "connection.welcome", "connection.ack"})
-SESSION_FRAME_TYPES: Final = _tags(AnyFrame) - _CONNECTION_TYPES
+CONNECTION_TYPES: Final = frozenset({"connection.hello", "connection.welcome", "connection.ack"})
+SESSION_FRAME_TYPES: Final = _tags(AnyFrame) - CONNECTION_TYPES
 
 
 def allowed_types(role: SenderRole) -> frozenset[str]:
@@ -157,16 +158,61 @@ Check: TypeAlias = Callable[[SessionState, Frame, SenderRole], None]
 Apply: TypeAlias = Callable[[SessionState, Frame, SenderRole], None]
 
 
+class Effect(enum.Enum):
+    """What a frame does beyond the session state, for the master to carry out.
+
+    The table's rules name it (:attr:`Rule.effect`); :func:`effect_of` reads it for one
+    frame. The master applies it in one place for every committed entry, whether its own
+    worker committed it or another node's, and for the frames inside a client's
+    ``session.history``. Whether the sender's credential may do it is the act table's
+    (:mod:`protocol.acts`).
+    """
+
+    NONE = "none"
+    RENAME = "rename"  # session.renamed: the session's name (header) follows the frame
+    END_REQUESTED = "end_requested"  # a participant's session.deleted: end it (user_request)
+    END_WITH_ERROR = "end_with_error"  # session.error {fatal: true}: end it (error)
+    ENDED = "ended"  # the master's session.deleted: the session is over, nothing follows
+    PRESENCE = "presence"  # session.presence: who is attached changed (the client, for one)
+
+
+EffectOf: TypeAlias = Callable[[Frame, SenderRole], Effect]
+
+
+def _no_effect(frame: Frame, role: SenderRole) -> Effect:
+    return Effect.NONE
+
+
+def _renames(frame: Frame, role: SenderRole) -> Effect:
+    return Effect.RENAME
+
+
+def _presence(frame: Frame, role: SenderRole) -> Effect:
+    return Effect.PRESENCE
+
+
+def _ends_when_fatal(frame: Frame, role: SenderRole) -> Effect:
+    return Effect.END_WITH_ERROR if frame.payload.fatal else Effect.NONE  # type: ignore[attr-defined]
+
+
+def _ends(frame: Frame, role: SenderRole) -> Effect:
+    # The master's own session.deleted is the end; anyone else's is a request for it (§15.8).
+    return Effect.ENDED if role == "master" else Effect.END_REQUESTED
+
+
 @dataclass(frozen=True)
 class Rule:
-    """One cell of the table: what to check, what to change, which phase follows.
+    """One cell of the table: what to check, what to change, which phase follows, and what
+    the frame does beyond the state.
 
-    ``then`` is the next phase (None keeps the current one).
+    ``then`` is the next phase (None keeps the current one); ``effect`` names the
+    :class:`Effect` of a frame the rule accepts.
     """
 
     check: Check
     apply: Apply
     then: Phase | None = None
+    effect: EffectOf = _no_effect
 
 
 def _nothing(state: SessionState, frame: Frame, role: SenderRole) -> None:
@@ -284,7 +330,6 @@ def _deleted_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
     state.open_thinking.clear()
     state.turn_id = None
     state.agent_state = "idle"
-    _drop_record(state)
 
 
 def _agent_state_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
@@ -407,10 +452,10 @@ def _master_notice_only(state: SessionState, frame: Frame, role: SenderRole) -> 
 _ANYTIME: Final[dict[str, Rule]] = {
     "session.usage": Rule(_usage_check, _usage_apply),
     "session.compacted": Rule(_compacted_check, _compacted_apply),
-    "session.renamed": Rule(_renamed_check, _renamed_apply),
-    "session.error": Rule(_nothing, _nothing),
-    "session.presence": Rule(_nothing, _nothing),
-    "session.deleted": Rule(_deleted_check, _deleted_apply, Phase.TERMINATED),
+    "session.renamed": Rule(_renamed_check, _renamed_apply, effect=_renames),
+    "session.error": Rule(_nothing, _nothing, effect=_ends_when_fatal),
+    "session.presence": Rule(_nothing, _nothing, effect=_presence),
+    "session.deleted": Rule(_deleted_check, _deleted_apply, Phase.TERMINATED, effect=_ends),
     "agent.state": Rule(_nothing, _agent_state_apply),
     "agent.text.delta": Rule(_delta_check("text"), _delta_apply("text")),
     "agent.text.done": Rule(_done_check("text"), _done_apply("text")),
@@ -480,7 +525,7 @@ def check(
     tag = frame.type
     if tag not in _MAY_SEND[role]:
         raise DirectionError(f"a {role} may not send {tag} (notes §4)")
-    if tag in _CONNECTION_TYPES:
+    if tag in CONNECTION_TYPES:
         if tag == "connection.ack":
             return []
         raise InvalidFrame(f"{tag} is only valid as the first frame of a connection")
@@ -505,26 +550,27 @@ def check(
     return []
 
 
-def fold(
-    state: SessionState, frame: Frame | GenericFrame, role: SenderRole
-) -> list[StateViolation]:
-    """Check, then apply ``frame`` to ``state`` (in place). Returns the warnings of :func:`check`.
-
-    ``session.history`` frames are folded with :func:`protocol.finalize.fold_history`.
-    """
-    warnings = check(state, frame, role)
+def effect_of(frame: Frame | GenericFrame, role: SenderRole) -> Effect:
+    """The :class:`Effect` the table names for ``frame`` from ``role`` (a frame of any phase:
+    effects do not depend on it). Unknown types, connection frames and histories have none
+    of their own (a history's frames have theirs)."""
     if isinstance(frame, GenericFrame):
-        if role == "client" and state.before_finalization is not None:
-            # Any live client frame (known type or not) means it came back without a history.
-            _record_for_unfinalization(state, frame, role)
-        return warnings
-    if frame.type in _CONNECTION_TYPES:
-        return warnings
-    _record_for_unfinalization(state, frame, role)
+        return Effect.NONE
+    rule = _ANYTIME.get(frame.type)
+    return Effect.NONE if rule is None else rule.effect(frame, role)
+
+
+def apply(state: SessionState, frame: Frame | GenericFrame, role: SenderRole) -> None:
+    """Apply ``frame`` from ``role``, which :func:`check` accepted, to ``state`` (in place).
+
+    The table alone: the record that lets finalization be taken back, histories and replays
+    are :mod:`protocol.finalize`'s (:func:`protocol.finalize.fold` checks, records, applies).
+    """
+    if isinstance(frame, GenericFrame) or frame.type in CONNECTION_TYPES:
+        return
     rule = TABLE[state.phase, frame.type]
     rule.apply(state, frame, role)
     state.phase = _next_phase(state, frame, role, rule)
-    return warnings
 
 
 def _next_phase(state: SessionState, frame: Frame, role: SenderRole, rule: Rule) -> Phase:
@@ -535,62 +581,3 @@ def _next_phase(state: SessionState, frame: Frame, role: SenderRole, rule: Rule)
     if state.phase is Phase.USAGE_DUE and role == "client":
         return Phase.IDLE
     return state.phase
-
-
-def _record_for_unfinalization(
-    state: SessionState, frame: Frame | GenericFrame, role: SenderRole
-) -> None:
-    if frame.synthetic:
-        local = frame.seq is None
-        if state.before_finalization is None:
-            state.before_finalization = snapshot(state)
-            state.finalized_locally = local
-        elif local and not state.finalized_locally:
-            # This view finalizes on top of the log's finalization (it dropped in the middle of
-            # the master's synthetic frames): nest the records, the log's inside ours, so the
-            # backlog takes back exactly ours and the client's history both.
-            state.before_finalization = copy.deepcopy(state)
-            state.since_finalization = []
-            state.finalized_locally = True
-        return
-    if state.before_finalization is None:
-        return
-    if role == "client":
-        # The client came back without (or before) a history: finalization stands (§7.8.3).
-        _drop_record(state)
-    else:
-        state.since_finalization.append((frame, role))
-
-
-def _drop_record(state: SessionState) -> None:
-    state.before_finalization = None
-    state.since_finalization = []
-    state.finalized_locally = False
-
-
-def snapshot(state: SessionState) -> SessionState:
-    """A deep copy of ``state`` without its own unfinalization record."""
-    saved = state.before_finalization, state.since_finalization, state.finalized_locally
-    _drop_record(state)
-    try:
-        return copy.deepcopy(state)
-    finally:
-        state.before_finalization, state.since_finalization, state.finalized_locally = saved
-
-
-def replay(frames: Sequence[tuple[Frame | GenericFrame, SenderRole]]) -> SessionState:
-    """Fold ``frames`` into a fresh state, skipping the ones the state machine refuses.
-
-    ``session.history`` entries are folded with :func:`protocol.finalize.fold_entry`, so a
-    replay of a session log reproduces the live view (notes §8 invariant 3, §15.1).
-    """
-    # Imported here: finalize builds on this module.
-    from .finalize import fold_entry
-
-    state = SessionState()
-    for frame, role in frames:
-        try:
-            state = fold_entry(state, frame, role)
-        except ProtocolError:
-            continue
-    return state

@@ -1,7 +1,7 @@
 """A session as a UI shows it: transcript blocks folded from frames (RAWP §7, §7.8; notes §6, §8).
 
 :class:`SessionView` folds every frame with the session state machine the master uses
-(:func:`protocol.state.fold`, :func:`protocol.finalize.plan_history`) and keeps, beside the
+(:func:`protocol.finalize.fold`, :func:`protocol.finalize.plan_history`) and keeps, beside the
 :class:`~protocol.state.SessionState`, what a person looks at: an ordered list of transcript
 blocks (turns, streamed text and thinking, tool calls paired with their results, interactions,
 user messages, usage, compaction summaries, notices) and usage/cost :class:`Totals`. The state
@@ -60,7 +60,7 @@ from .blocks import (
     UserMessageBlock,
 )
 from .errors import ProtocolError
-from .finalize import finalize, plan_history, unfinalizes
+from .finalize import finalize, fold, plan_history, snapshot, unfinalizes
 from .frames import (
     BufferStatus,
     Frame,
@@ -73,7 +73,7 @@ from .frames import (
     Welcome,
 )
 from .render import BlockRenderer
-from .state import SenderRole, SessionState, Status, fold, snapshot, status
+from .state import SenderRole, SessionState, Status, status
 
 # The block types live in protocol.blocks; they are named here too, where callers import them.
 __all__ = [

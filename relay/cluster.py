@@ -62,6 +62,7 @@ from protocol.finalize import fold_entry
 from protocol.frames import Frame, GenericFrame, Presence, Renamed
 from protocol.state import SenderRole
 
+from .lease import WriteLease
 from .recovery import recover_locked, recover_session
 from .store.base import AppendResult, LogEntry, ParticipantRecord
 
@@ -147,6 +148,13 @@ class Node:
         self, session: Session, role: str, participant_id: str | None
     ) -> contextlib.AbstractAsyncContextManager[None]:
         """Around an attach (caller holds ``session.lock``): cross-node checks and takeover."""
+        return contextlib.nullcontext()
+
+    def arrived(self) -> None:
+        """An HTTP request arrived: it is served under this node's lease as it is now."""
+
+    def writing(self, session: Session) -> contextlib.AbstractAsyncContextManager[None]:
+        """Around a write outside a connection (REST): fenced like the node's connections."""
         return contextlib.nullcontext()
 
     async def detaching(self, session: Session, participant: Participant) -> bool:
@@ -261,6 +269,15 @@ class ClusterNode(Node):
         self._reconcile = False
         self._rejoin = False  # a session fenced us: take a new lease epoch at the next beat
         self._tasks: list[asyncio.Task[None]] = []
+        self.lease = WriteLease(store, hub.settings.node_dead_after_s)
+
+    def arrived(self) -> None:
+        """An HTTP request arrived: its writes carry this node's current lease epoch."""
+        self.lease.arrived()
+
+    def writing(self, session: Session) -> contextlib.AbstractAsyncContextManager[None]:
+        """Around a REST write: refused unless our lease is current (relay/lease.py)."""
+        return self.lease.writing(session.id)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -281,7 +298,9 @@ class ClusterNode(Node):
             token=token,
             force=True,
         )
+        sent = time.monotonic()
         await self.store.node_heartbeat(self.id, new_epoch=True)
+        self.lease.confirmed(sent)
         if previous is not None:
             await self._recover_node(self.id, previous, token)
         self._tasks.append(loop.create_task(self._heartbeats()))
@@ -725,7 +744,9 @@ class ClusterNode(Node):
             await asyncio.sleep(self.heartbeat_s)
             try:
                 rejoin = self._rejoin
+                sent = time.monotonic()
                 registered = await self.store.node_heartbeat(self.id, new_epoch=rejoin)
+                self.lease.confirmed(sent)
                 if rejoin:
                     self._rejoin = False
             except StoreError as exc:

@@ -22,8 +22,10 @@ import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from protocol.errors import StoreError
+
 from .auth import GRANTS, Authenticator, digest, new_api_key
-from .store.base import Store
+from .store.base import Store, StoreOpenError
 
 T = TypeVar("T")
 
@@ -73,18 +75,36 @@ def add_token_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
 
 def _with_store(args: argparse.Namespace, action: Callable[[Store], Awaitable[T]]) -> T:
-    """Run ``action`` against the store named by ``--store`` / ``--redis-cluster``."""
+    """Run ``action`` against the store named by ``--store`` / ``--redis-cluster``.
+
+    A store that cannot be opened — a SQLite file a running master owns, an unreachable
+    Redis, an unknown URL — ends the command with one line and the exit status ``rawp
+    serve`` would give (docs/operations.md), not a traceback.
+    """
+    from .startup import StartupError, store_refused, store_unknown, store_unreachable
     from .store import open_store
 
     async def run() -> T:
-        store = open_store(args.store, cluster=args.redis_cluster)
-        await store.start()
+        try:
+            store = open_store(args.store, cluster=args.redis_cluster)
+        except ValueError as exc:
+            raise store_unknown(exc) from exc
+        try:
+            await store.start()
+        except StoreOpenError as exc:
+            raise store_refused(exc) from exc
+        except (StoreError, OSError) as exc:
+            raise store_unreachable(args.store, exc) from exc
         try:
             return await action(store)
         finally:
             await store.close()
 
-    return asyncio.run(run())
+    try:
+        return asyncio.run(run())
+    except StartupError as exc:
+        print(f"rawp keys {args.keys_command}: {exc.message}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
 
 
 def _keys_create(args: argparse.Namespace) -> int:

@@ -44,7 +44,7 @@ from protocol.errors import (
     StoreUnavailable,
     StoreUnavailableError,
 )
-from protocol.finalize import finalize, plan_history
+from protocol.finalize import finalize, fold, make_final, plan_history, replay
 from protocol.frames import (
     Ack,
     AckPayload,
@@ -72,7 +72,7 @@ from protocol.frames import (
     Welcome,
     WelcomePayload,
 )
-from protocol.state import SenderRole, SessionState, check, fold, replay, status
+from protocol.state import SenderRole, SessionState, check, status
 
 from .archive import end_session_in_store
 from .fanout import SLOW_CONSUMER, Outbox, Sink
@@ -1151,7 +1151,7 @@ class Session:
                 **self._envelope(),
             )
         )
-        self.state.before_finalization = None
+        make_final(self.state)
         # What was committed before the end is acknowledged before the §9 frames: nothing
         # may follow session.deleted on the wire.
         self._post_acks()

@@ -32,8 +32,8 @@ from hypothesis import strategies as st
 from protocol import codec
 from protocol import frames as F
 from protocol.buffers import BufferedItem, select_backlog
-from protocol.finalize import finalize
-from protocol.state import SenderRole, replay
+from protocol.finalize import finalize, replay
+from protocol.state import SenderRole
 from protocol.view import SessionView
 
 from .protocol import strategies as S

@@ -43,6 +43,7 @@ from .access import (
     require_act,
     visible_header,
 )
+from .fencing import fenced_write
 from .middleware import ApiError
 from .models import AppendBody, CancelBody, decode_body, json_response
 
@@ -107,7 +108,8 @@ async def submit(
         participant = HttpParticipant(session, principal)
         session.hub.metrics.frames_in.inc()
         started = time.perf_counter()
-        await session.submit_now(participant, frame, raw)
+        async with fenced_write(session):  # [trust] a paused node's late write is refused
+            await session.submit_now(participant, frame, raw)
         if not participant.errors:
             # Arrival to fan-out, as for WebSocket frames (notes §10 relay latency).
             session.hub.metrics.relay_latency.observe(time.perf_counter() - started)

@@ -16,6 +16,7 @@ from .context import HUB, SESSION_PATH
 from .dashboard import add_dashboard_routes
 from .events import append_event, cancel_turn, list_events
 from .export import export_session
+from .fencing import lease_middleware
 from .middleware import HTTP_METRICS, HttpMetrics, api_middleware
 from .openapi import add_openapi_route
 from .sessions import create_session, fork_session, get_session, list_sessions, rename_session
@@ -38,6 +39,7 @@ def add_routes(app: web.Application, *, ws_url: Callable[[], str] | None = None)
     app[HTTP_METRICS] = HttpMetrics(app[HUB])
     app[STREAMS] = set()
     app.middlewares.insert(0, api_middleware)
+    app.middlewares.insert(1, lease_middleware)  # [trust] REST writes are fenced too
     app.on_shutdown.append(end_streams)
     app.cleanup_ctx.append(_watch_credentials)  # [trust] §16.9 on every node
     r = app.router

@@ -120,6 +120,80 @@ async def test_a_fenced_node_can_append_nothing_until_it_takes_a_new_lease(
 
 
 @redis_backends
+async def test_a_fenced_node_can_rename_nothing(backend: Backend) -> None:
+    """The rename script checks the same fence as the append: a fenced lease leaves the
+    header's name as it was; the node's next lease renames again."""
+    node = redis_store(backend, node_id="node-rn")
+    sweeper = redis_store(backend, node_id="node-rn-sweeper")
+    s = await new_session(node)
+    await node.node_heartbeat("node-rn", new_epoch=True)
+    await node.rename_session(s, "before")
+    epoch = await sweeper.claim_node("node-rn", dead_after_ms=0, lease_ms=5000, token="t")
+    assert epoch is not None
+    assert await sweeper.fence_node(s, "node-rn", epoch)
+    with pytest.raises(NodeFencedError):
+        await node.rename_session(s, "after-sweep")
+    header = await node.get_session(s)
+    assert header is not None
+    assert header.name == "before"
+    assert await node.node_heartbeat("node-rn") is False
+    await node.rename_session(s, "new-lease")
+    header = await node.get_session(s)
+    assert header is not None
+    assert header.name == "new-lease"
+
+
+@redis_backends
+async def test_a_rest_write_hold_is_fenced_by_the_sweep_or_refused(backend: Backend) -> None:
+    """A write hold taken before the claim puts the session in what the sweeper fences; one
+    asked for after the claim, or under an old epoch, is refused; done writes leave nothing."""
+    node = redis_store(backend, node_id="node-w")
+    sweeper = redis_store(backend, node_id="node-w-sweeper")
+    held, later = await new_session(node), await new_session(node)
+    await node.node_heartbeat("node-w", new_epoch=True)
+    epoch = node.lease_epoch
+    assert await node.hold_write(held, epoch)
+    assert await node.hold_write(held, epoch)  # two writes in progress
+    await node.write_done(held)
+    assert await node.held_sessions("node-w") == [held]
+    assert not await node.hold_write(later, epoch + 1)  # not our epoch
+    claimed = await sweeper.claim_node("node-w", dead_after_ms=0, lease_ms=5000, token="t")
+    assert claimed == epoch
+    told: list[int] = []
+    node.on_fenced = lambda: told.append(1)
+    assert not await node.hold_write(later, epoch)  # claimed: refused, and the node is told
+    assert told == [1]
+    assert await sweeper.held_sessions("node-w") == [held]
+    assert await sweeper.node_swept("node-w", "t")  # forgotten, its write record too
+    await node.write_done(held)  # the write in progress ends (after the sweep: harmless)
+    assert await node.held_sessions("node-w") == []
+    assert await node.node_heartbeat("node-w") is False  # a new lease: holds work again
+    assert await node.hold_write(later, node.lease_epoch)
+    await node.write_done(later)
+    assert await node.held_sessions("node-w") == []
+
+
+@redis_backends
+async def test_a_pinned_epoch_is_what_the_append_carries(backend: Backend) -> None:
+    """Inside pinned_epoch an append carries the pinned lease, not the node's newer one: a
+    write begun under a fenced lease is refused even after the node took a new lease."""
+    node = redis_store(backend, node_id="node-pin")
+    sweeper = redis_store(backend, node_id="node-pin-sweeper")
+    s = await new_session(node)
+    await node.node_heartbeat("node-pin", new_epoch=True)
+    old = node.lease_epoch
+    epoch = await sweeper.claim_node("node-pin", dead_after_ms=0, lease_ms=5000, token="t")
+    assert epoch is not None
+    assert await sweeper.fence_node(s, "node-pin", epoch)
+    assert await node.node_heartbeat("node-pin") is False
+    assert node.lease_epoch > old
+    with node.pinned_epoch(old), pytest.raises(NodeFencedError):
+        await node.append(s, [entry("begun-under-the-old-lease")])
+    await node.append(s, [entry("new-lease")])
+    assert [e.message_id for e in await node.read(s)] == ["new-lease"]
+
+
+@redis_backends
 async def test_last_received_is_kept_by_the_append_script(backend: Backend) -> None:
     """welcome.received per sender comes from the store: the last frame it logged, or the
     history's reported frame; master entries and a history that kept none change nothing."""

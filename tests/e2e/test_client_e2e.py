@@ -19,8 +19,7 @@ from protocol import codec
 from protocol import frames as F
 from protocol.buffers import Policy
 from protocol.client import ConnectionStatus, RawpClient
-from protocol.finalize import CONNECTION_LOST
-from protocol.state import snapshot
+from protocol.finalize import CONNECTION_LOST, snapshot
 from protocol.view import InteractionBlock, SessionView, TextBlock, ToolCallBlock, TurnBlock
 from relay.server import Master
 from tests.e2e.conftest import API_KEY

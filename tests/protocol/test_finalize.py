@@ -16,13 +16,16 @@ from protocol.errors import DirectionError, NotAllowed, ProtocolError
 from protocol.finalize import (
     CONNECTION_LOST,
     finalize,
+    fold,
     fold_entry,
     fold_history,
     needs_finalization,
     plan_history,
+    replay,
+    snapshot,
     unfinalizes,
 )
-from protocol.state import Phase, SenderRole, SessionState, fold, replay, snapshot, status
+from protocol.state import Phase, SenderRole, SessionState, status
 
 from . import strategies as S
 

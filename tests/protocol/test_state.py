@@ -19,18 +19,17 @@ from protocol.errors import (
     StateViolation,
     UsageMissing,
 )
-from protocol.finalize import finalize
+from protocol.finalize import finalize, fold, replay, snapshot
 from protocol.state import (
     SESSION_FRAME_TYPES,
     TABLE,
+    Effect,
     Phase,
     SenderRole,
     SessionState,
     allowed_types,
     check,
-    fold,
-    replay,
-    snapshot,
+    effect_of,
     status,
 )
 
@@ -772,3 +771,48 @@ def test_replay_skips_refused_frames(stream: S.Stream, junk: list[str]) -> None:
             continue
         accepted.append((frame, role))
     assert snapshot(replay(mixed)) == snapshot(live) == snapshot(replay(accepted))
+
+
+# --- effects (what a frame does beyond the state) --------------------------------------------
+
+EXPECTED_EFFECTS: dict[str, Effect] = {
+    "session.renamed": Effect.RENAME,
+    "session.presence": Effect.PRESENCE,
+}
+
+
+@pytest.mark.parametrize("tag", sorted(SESSION_FRAME_TYPES - {"session.history"}))
+@pytest.mark.parametrize("role", ["client", "edge", "master"])
+def test_each_frame_type_has_the_effect_the_table_names(tag: str, role: SenderRole) -> None:
+    """Renames rename, presence changes presence; frames without an effect have none."""
+    expected = EXPECTED_EFFECTS.get(tag, Effect.NONE)
+    if tag == "session.deleted":
+        expected = Effect.ENDED if role == "master" else Effect.END_REQUESTED
+    if tag == "session.error":
+        expected = Effect.NONE  # the sample is not fatal
+    assert effect_of(S.sample(tag), role) is expected
+
+
+@pytest.mark.parametrize("role", ["client", "edge", "master"])
+def test_only_a_fatal_error_ends_the_session(role: SenderRole) -> None:
+    """session.error names END_WITH_ERROR when fatal, and no effect when not."""
+    assert effect_of(S.session_error(fatal=True), role) is Effect.END_WITH_ERROR
+    assert effect_of(S.session_error(fatal=False), role) is Effect.NONE
+
+
+def test_every_rule_of_the_table_names_an_effect_of_its_own_type() -> None:
+    """The effect of a type is the same in every phase that accepts it (the table names it)."""
+    for (phase, tag), rule in TABLE.items():
+        if phase is Phase.TERMINATED or tag == "session.history":
+            continue
+        assert rule.effect(S.sample(tag), "edge") is effect_of(S.sample(tag), "edge"), (phase, tag)
+
+
+def test_histories_and_unknown_types_have_no_effect_of_their_own() -> None:
+    """A history's effect is its frames'; an ignorable unknown type does nothing."""
+    assert effect_of(S.history([S.renamed("n", "client")]), "client") is Effect.NONE
+    unknown = codec.decode(
+        b'{"type":"x.custom","message_id":"m","session_id":"s-test",'
+        b'"timestamp":"2026-11-29T09:00:00Z","metadata":{"ignorable":true},"payload":{}}'
+    )
+    assert effect_of(unknown, "client") is Effect.NONE

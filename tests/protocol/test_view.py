@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol import frames as F
-from protocol.finalize import CONNECTION_LOST
-from protocol.state import SenderRole, replay, snapshot
+from protocol.finalize import CONNECTION_LOST, replay, snapshot
+from protocol.state import SenderRole
 from protocol.view import (
     CompactionBlock,
     InteractionBlock,

@@ -79,7 +79,7 @@ class MasterProcess:
             self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env=env
         )
 
-    def wait_ready(self, timeout: float = 20.0) -> None:
+    def wait_ready(self, timeout: float = 60.0) -> None:
         """Block until the master printed its URLs."""
         proc = self._proc
         assert proc is not None
@@ -129,7 +129,7 @@ class MasterProcess:
             self._log = None
 
 
-def start_all(masters: list[MasterProcess], timeout: float = 20.0) -> None:
+def start_all(masters: list[MasterProcess], timeout: float = 60.0) -> None:
     """Start several masters in parallel and wait until each serves."""
     for master in masters:
         master.spawn()

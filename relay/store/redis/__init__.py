@@ -8,6 +8,8 @@ One module per job, each importing only those below it:
 ``appender.py``     the append queue: group commit, the writer's batch numbers, exactly-once
                     retries, the fencing answer
 ``coordination.py`` node heartbeats, sweeps and lease epochs, held sets, the session mutex
+``lease.py``        this node's lease epoch as its writes carry it (pinned for REST), the
+                    fencing answer, REST write holds
 ``pubsub.py``       :class:`Subscription`: following the batches every node appends
 ``lua.py``          the Lua scripts (``scripts/*.lua``), read once at import
 ``framing.py``      msgpack: what the scripts are sent, what Redis hands back

@@ -64,8 +64,8 @@ class _Queue:
 class Appender:
     """One writer's appends: queued per session, merged into script calls, answered.
 
-    ``script`` is the registered append script; ``fenced(epoch)`` is called when a session
-    refuses a batch accepted under lease ``epoch`` (this node was declared dead).
+    ``script`` is the registered append script; ``fenced(session_id, epoch)`` is the error
+    for a batch the session refused under lease ``epoch`` (this node was declared dead).
     """
 
     def __init__(
@@ -74,7 +74,7 @@ class Appender:
         *,
         node_id: str,
         retention: int | None,
-        fenced: Callable[[int], None],
+        fenced: Callable[[str, int], NodeFencedError],
     ) -> None:
         self.node_id = node_id
         self.retention = retention
@@ -213,10 +213,7 @@ class Appender:
                 version = int(text.rsplit("FORMAT ", 1)[1].split()[0])
                 raise newer_format(session_id, version) from None
             if "FENCED" in text:
-                self._fenced(epoch)
-                raise NodeFencedError(
-                    f"session {session_id} fenced this node's lease {epoch}: declared dead"
-                ) from None
+                raise self._fenced(session_id, epoch) from None
             if "STALE" in text:
                 raise StoreUnavailableError("append superseded by a later batch") from None
             raise

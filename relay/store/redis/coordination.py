@@ -5,8 +5,9 @@
   of sweeping it (scripts/node_claim.lua). Each registration takes a new *lease epoch*, the
   fencing token: a sweeper fences the dead node's epoch in every session it recovers
   (scripts/fence.lua), so nothing the node accepted before it noticed may be logged.
-* **Held sets.** ``rawp:{~nodes}:held:<N>``: the sessions node N holds connections for, which
-  the sweeper of N recovers.
+* **Held sets.** ``rawp:{~nodes}:held:<N>``: the sessions node N holds connections for, and
+  ``rawp:{~nodes}:writing:<N>``: those it has REST writes in progress to (lease.py); the
+  sweeper of N recovers both.
 * **The session mutex.** ``rawp:{S}:mutex``: a token key with a TTL; whoever holds it may
   change who the session's client is and finalize what follows from that. While held it is
   renewed every third of its TTL (scripts/extend.lua, token-checked like redis-py's
@@ -32,6 +33,7 @@ from .keys import (
     NODES_HELD,
     NODES_LIVE,
     NODES_SWEEP,
+    NODES_WRITING,
     SessionKeys,
     mutex_key,
 )
@@ -109,7 +111,13 @@ class Coordination:
 
     async def node_swept(self, node_id: str, token: str) -> bool:
         """The sweep of ``node_id`` ended; forget the node when nothing is left of it."""
-        keys = [NODES_ALL, NODES_HELD + node_id, NODES_SWEEP + node_id, NODES_LIVE]
+        keys = [
+            NODES_ALL,
+            NODES_HELD + node_id,
+            NODES_SWEEP + node_id,
+            NODES_LIVE,
+            NODES_WRITING + node_id,
+        ]
         with mapped():
             return bool(await self._scripts.node_swept(keys=keys, args=[node_id, token]))
 
@@ -138,9 +146,12 @@ class Coordination:
             await self._client.srem(NODES_HELD + node_id, session_id)
 
     async def held_sessions(self, node_id: str) -> list[str]:
-        """The sessions ``node_id`` holds (or held when it died) connections for."""
+        """The sessions ``node_id`` holds (or held when it died) connections for, or has a
+        REST write in progress to (lease.py)."""
         with mapped():
-            return sorted(text(s) for s in await self._client.smembers(NODES_HELD + node_id))
+            held = await self._client.smembers(NODES_HELD + node_id)
+            writing = await self._client.hkeys(NODES_WRITING + node_id)
+        return sorted({text(s) for s in (*held, *writing)})
 
     # --- the session mutex --------------------------------------------------------------------
 

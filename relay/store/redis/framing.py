@@ -20,6 +20,7 @@ __all__ = [
     "credential_dec",
     "encode",
     "entry_dec",
+    "foreign_header",
     "header_args",
     "header_from",
     "member_dec",
@@ -129,3 +130,16 @@ def header_from(session_id: str, fields: dict[bytes, bytes]) -> SessionHeader:
     header.revision = int(fields[b"rev"])
     header.format_version = version
     return header
+
+
+def foreign_header(session_id: str, workspace: str, fields: dict[bytes, bytes]) -> SessionHeader:
+    """A newer build's header, reduced to what every version stores beside ``meta``."""
+    return SessionHeader(
+        session_id=session_id,
+        workspace=workspace,
+        name=fields.get(b"name", b"").decode(),
+        created_at="",
+        epoch="",
+        format_version=int(fields[b"v"]),
+        revision=int(fields.get(b"rev", b"0")),
+    )

@@ -26,6 +26,7 @@ cluster slot and each per-session operation is one atomic Lua script:
 ``rawp:{~nodes}:live``      sorted set node_id → last heartbeat, ms on Redis's clock
 ``rawp:{~nodes}:all``       set of node ids that registered (and may have sessions to sweep)
 ``rawp:{~nodes}:held:<N>``  set of session ids node N holds connections for
+``rawp:{~nodes}:writing:<N>`` hash session_id → REST writes node N has in progress there
 ``rawp:{~nodes}:sweep:<N>`` lease of the node sweeping dead node N (one sweeper at a time)
 ``rawp:{~nodes}:epoch``     hash node_id → its lease epoch (fencing token; a node that
                             registers anew, or learns it was declared dead, gets a new one)
@@ -50,6 +51,7 @@ __all__ = [
     "NODES_HELD",
     "NODES_LIVE",
     "NODES_SWEEP",
+    "NODES_WRITING",
     "SessionKeys",
     "channel",
     "check_id",
@@ -66,6 +68,7 @@ NODES_LIVE: Final = "rawp:{~nodes}:live"
 NODES_ALL: Final = "rawp:{~nodes}:all"
 NODES_HELD: Final = "rawp:{~nodes}:held:"
 NODES_SWEEP: Final = "rawp:{~nodes}:sweep:"
+NODES_WRITING: Final = "rawp:{~nodes}:writing:"
 NODES_EPOCH: Final = "rawp:{~nodes}:epoch"
 
 

@@ -27,6 +27,8 @@ __all__ = [
     "RENAME_LUA",
     "SOURCES",
     "UNLOCK_LUA",
+    "WRITE_DONE_LUA",
+    "WRITE_HOLD_LUA",
     "Scripts",
 ]
 
@@ -54,6 +56,8 @@ SOURCES: Final[dict[str, str]] = {
         "put_if_session",
         "rename",
         "unlock",
+        "write_done",
+        "write_hold",
     )
 }
 
@@ -72,6 +76,8 @@ NODE_SWEPT_LUA: Final = SOURCES["node_swept"]
 PUT_IF_SESSION_LUA: Final = SOURCES["put_if_session"]
 RENAME_LUA: Final = SOURCES["rename"]
 UNLOCK_LUA: Final = SOURCES["unlock"]
+WRITE_DONE_LUA: Final = SOURCES["write_done"]
+WRITE_HOLD_LUA: Final = SOURCES["write_hold"]
 
 
 class Scripts:
@@ -94,3 +100,5 @@ class Scripts:
         self.put_if_session: Any = register(PUT_IF_SESSION_LUA)
         self.rename: Any = register(RENAME_LUA)
         self.unlock: Any = register(UNLOCK_LUA)
+        self.write_done: Any = register(WRITE_DONE_LUA)
+        self.write_hold: Any = register(WRITE_HOLD_LUA)

@@ -24,7 +24,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
-from protocol.errors import FormatVersionError, StoreUnavailableError
+from protocol.errors import FormatVersionError, StoreError, StoreUnavailableError
 
 from ..base import (
     AppendResult,
@@ -43,6 +43,7 @@ from .framing import (
     credential_dec,
     encode,
     entry_dec,
+    foreign_header,
     header_args,
     header_from,
     member_dec,
@@ -59,6 +60,7 @@ from .keys import (
     credential_key,
     workspace_index,
 )
+from .lease import Lease
 from .lua import Scripts
 from .pubsub import PubSub, Subscription
 
@@ -103,19 +105,38 @@ class RedisStore(Store):
             else aioredis.Redis.from_url(url, **options)
         )
         self._scripts = Scripts(self._client)
+        self.lease = Lease(self._scripts, self.node_id)
+        """This node's lease epoch, what its writes carry, REST write holds."""
         self.appender = Appender(
-            self._scripts.append, node_id=self.node_id, retention=retention, fenced=self._fenced
+            self._scripts.append,
+            node_id=self.node_id,
+            retention=retention,
+            fenced=self.lease.fenced,
         )
         """The append queue (group commit, the writer's batch numbers)."""
         self.coordination = Coordination(self._client, self._scripts)
         """Node heartbeats, sweeps, lease epochs, held sets, session mutexes."""
         self.pubsub = PubSub(self._client, self.node_id)
         """The sessions' channels."""
-        self.lease_epoch = 0
-        """This node's lease epoch (set by :meth:`node_heartbeat`); appends carry it."""
-        self.on_fenced: Callable[[], None] | None = None
-        """Called when a session refuses an append under the current lease epoch."""
         self._closed = False
+
+    @property
+    def lease_epoch(self) -> int:
+        """This node's lease epoch (set by :meth:`node_heartbeat`); appends carry it."""
+        return self.lease.epoch
+
+    @lease_epoch.setter
+    def lease_epoch(self, epoch: int) -> None:
+        self.lease.epoch = epoch
+
+    @property
+    def on_fenced(self) -> Callable[[], None] | None:
+        """Called when a session refuses a write under the current lease epoch."""
+        return self.lease.on_fenced
+
+    @on_fenced.setter
+    def on_fenced(self, callback: Callable[[], None] | None) -> None:
+        self.lease.on_fenced = callback
 
     @property
     def retention(self) -> int | None:
@@ -126,10 +147,6 @@ class RedisStore(Store):
     def batches(self) -> int:
         """Append script calls made (group commit makes this smaller than the append calls)."""
         return self.appender.batches
-
-    def _fenced(self, epoch: int) -> None:
-        if epoch == self.lease_epoch and self.on_fenced is not None:
-            self.on_fenced()  # news to this node: it was declared dead
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -231,31 +248,22 @@ class RedisStore(Store):
                     out.append(header_from(session_id, fields))
                 except FormatVersionError:
                     # listing shows what it can: the header of a newer build, undecoded
-                    out.append(self._foreign_header(session_id, workspace, fields))
+                    out.append(foreign_header(session_id, workspace, fields))
             cursor = text(ids[-1])
             if len(ids) < want:
                 break
         return out
 
-    @staticmethod
-    def _foreign_header(
-        session_id: str, workspace: str, fields: dict[bytes, bytes]
-    ) -> SessionHeader:
-        """A newer build's header, reduced to what every version stores beside ``meta``."""
-        return SessionHeader(
-            session_id=session_id,
-            workspace=workspace,
-            name=fields.get(b"name", b"").decode(),
-            created_at="",
-            epoch="",
-            format_version=int(fields[b"v"]),
-            revision=int(fields.get(b"rev", b"0")),
-        )
-
     async def rename_session(self, session_id: str, name: str) -> None:
         k = SessionKeys.of(session_id)
-        with mapped():
-            await self._scripts.rename(keys=[k.hdr], args=[name])
+        epoch = self.lease.write_epoch()
+        try:
+            with mapped():
+                await self._scripts.rename(keys=[k.hdr], args=[name, self.node_id, epoch])
+        except StoreError as exc:
+            if "FENCED" in str(exc):
+                raise self.lease.fenced(session_id, epoch) from None
+            raise
 
     async def delete_session(self, session_id: str) -> bool:
         k = SessionKeys.of(session_id)
@@ -313,7 +321,9 @@ class RedisStore(Store):
     ) -> asyncio.Future[list[AppendResult]]:
         """Queue the append at once behind the session's others (see the base class): the
         drain sends it the moment the call before is answered, or fails it if that failed."""
-        return self.appender.append_nowait(session_id, entries, after=after, epoch=self.lease_epoch)
+        return self.appender.append_nowait(
+            session_id, entries, after=after, epoch=self.lease.write_epoch()
+        )
 
     async def read(
         self,
@@ -481,12 +491,28 @@ class RedisStore(Store):
         """
         registered, epoch = await self.coordination.node_heartbeat(node_id, new_epoch=new_epoch)
         if node_id == self.node_id:
-            if not new_epoch and self.lease_epoch and epoch != self.lease_epoch:
-                # A new epoch we did not ask for: we were not registered, i.e. declared
-                # dead, even if a retry after a lost reply found us registered again.
-                registered = False
-            self.lease_epoch = max(self.lease_epoch, epoch)
+            return self.lease.heard(registered=registered, epoch=epoch, new_epoch=new_epoch)
         return registered
+
+    def write_epoch(self) -> int:
+        """The lease epoch this task's writes carry: the pinned one, else the current one."""
+        return self.lease.write_epoch()
+
+    def pinned_epoch(self, epoch: int) -> contextlib.AbstractContextManager[None]:
+        """Within the block, this task's appends and renames carry ``epoch`` (not whatever
+        lease the node holds by the time they are made): a REST request writes under the
+        lease it arrived under, and is refused if that lease was fenced meanwhile."""
+        return self.lease.pinned(epoch)
+
+    async def hold_write(self, session_id: str, epoch: int) -> bool:
+        """Record a write of this node to ``session_id`` outside a connection (REST), so a
+        sweep that claims this node fences the session too. False (nothing recorded) when
+        the node is no longer live under ``epoch``: claimed by a sweeper, or re-registered."""
+        return await self.lease.hold_write(session_id, epoch)
+
+    async def write_done(self, session_id: str) -> None:
+        """The REST write :meth:`hold_write` recorded has ended."""
+        await self.lease.write_done(session_id)
 
     async def node_epoch(self, node_id: str) -> int:
         """``node_id``'s current lease epoch (0: it never registered)."""
@@ -499,10 +525,8 @@ class RedisStore(Store):
     async def claim_node(
         self, node_id: str, *, dead_after_ms: int, lease_ms: int, token: str, force: bool = False
     ) -> int | None:
-        """Become the one sweeper of ``node_id`` if it is dead (or ``force``); atomic.
-
-        Returns the node's lease epoch at the claim (to fence), or None when not claimed.
-        """
+        """Become the one sweeper of ``node_id`` if it is dead (or ``force``); atomic. Its
+        lease epoch at the claim (to fence), or None when not claimed."""
         return await self.coordination.claim_node(
             node_id, dead_after_ms=dead_after_ms, lease_ms=lease_ms, token=token, force=force
         )
@@ -529,7 +553,8 @@ class RedisStore(Store):
         await self.coordination.release_session(node_id, session_id)
 
     async def held_sessions(self, node_id: str) -> list[str]:
-        """The sessions ``node_id`` holds (or held when it died) connections for."""
+        """The sessions ``node_id`` holds (or held when it died) connections for, or has a
+        REST write in progress to (:meth:`hold_write`)."""
         return await self.coordination.held_sessions(node_id)
 
     async def lock_session(self, session_id: str, token: str, ttl_ms: int) -> bool:
@@ -549,11 +574,8 @@ class RedisStore(Store):
     # --- pub/sub ----------------------------------------------------------------------------
 
     async def publish(self, session_id: str, entries: Sequence[LogEntry]) -> None:
-        """Publish ``entries`` on the session's channel as this node (control messages).
-
-        Subscribers get them as one :class:`Published` batch; entries with ``seq`` 0 are never
-        mistaken for log entries (a log's seqs start at 1).
-        """
+        """Publish ``entries`` on the session's channel as this node (control messages):
+        subscribers get one :class:`Published` batch; ``seq`` 0 is never a log entry's."""
         await self.pubsub.publish(session_id, entries)
 
     async def subscribe(self, *session_ids: str, own: bool = True) -> Subscription:

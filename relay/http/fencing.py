@@ -1,0 +1,45 @@
+"""REST writes are fenced like a node's connections (docs/operations.md "Fencing").
+
+:func:`lease_middleware` notes, when a request arrives, the lease this node serves it under;
+:func:`fenced_write` wraps a route's write to a session (an appended frame, a rename): with
+several nodes it is refused ``503 store_unavailable`` when this node was declared dead since
+the request arrived, or may have been (relay/lease.py), and a sweep that declares the node
+dead while the write is in progress fences the session, so the write cannot land after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from protocol.errors import StoreError
+
+from .context import HUB
+from .middleware import ApiError
+
+if TYPE_CHECKING:
+    from ..session import Session
+
+__all__ = ["fenced_write", "lease_middleware"]
+
+
+@web.middleware
+async def lease_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Serve the request under the lease this node holds as it arrives."""
+    request.app[HUB].cluster.arrived()
+    response: web.StreamResponse = await handler(request)
+    return response
+
+
+@contextlib.asynccontextmanager
+async def fenced_write(session: Session) -> AsyncIterator[None]:
+    """Around a REST write to ``session``; a fenced or unconfirmed lease (or any store
+    failure) answers 503 ``store_unavailable``."""
+    try:
+        async with session.hub.cluster.writing(session):
+            yield
+    except StoreError as exc:
+        raise ApiError(503, str(exc), code="store_unavailable") from None
