@@ -64,6 +64,7 @@ from .frames import (
 )
 from .outgoing import SavedBuffer
 from .reconnect import Backoff, ConnectionStatus, refusal
+from .resends import DEFAULT_RESEND_ROUNDS
 from .snapshot import ClientSnapshot, load_snapshot, save_snapshot
 from .view import SessionView
 
@@ -132,7 +133,9 @@ class RawpClient(TypedSends[asyncio.Future[int]]):
     ``buffer`` is the reattach buffer asked of the master and the bound of this client's own
     outgoing buffer. ``from_start`` makes the first connection ask for the whole log as its
     backlog. ``state_path`` persists the client (see :meth:`save`) and, when the file exists,
-    restores it.
+    restores it. ``resend_rounds`` bounds the re-sending after ``store_unavailable`` on one
+    connection before the client reattaches instead (None: never; 0: no re-sending, the
+    refusals reach the caller; see :mod:`protocol.resends`).
     """
 
     def __init__(
@@ -159,6 +162,7 @@ class RawpClient(TypedSends[asyncio.Future[int]]):
         on_status: Callable[[ConnectionStatus], None] | None = None,
         rng: random.Random | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        resend_rounds: int | None = DEFAULT_RESEND_ROUNDS,
     ) -> None:
         if role not in ("client", "edge"):
             raise ValueError(f"role must be 'client' or 'edge', got {role!r}")
@@ -176,6 +180,8 @@ class RawpClient(TypedSends[asyncio.Future[int]]):
             view=view,
             state_path=Path(state_path) if state_path is not None else None,
             new_future=_new_commit_future,
+            backoff=backoff,
+            resend_rounds=resend_rounds,
         )
         self.token = token
         self.create = create_spec(create)
@@ -201,6 +207,7 @@ class RawpClient(TypedSends[asyncio.Future[int]]):
         self._status = ConnectionStatus.NEW
         self._status_changed = asyncio.Event()
         self._runner: asyncio.Task[None] | None = None
+        self._resender: asyncio.Task[None] | None = None  # §7 re-send rounds (one at a time)
         self._closing = False
         self._ended = False
         if self.state_path is not None and self.state_path.exists():
@@ -335,6 +342,7 @@ class RawpClient(TypedSends[asyncio.Future[int]]):
             runner.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await runner
+        self._stop_resending()
         self._autosave()
         self._end(None)
 
@@ -361,6 +369,7 @@ class RawpClient(TypedSends[asyncio.Future[int]]):
                 await self._pump(ws)
                 self._live = False
                 self._ws = None
+                self._stop_resending()  # the reattach carries what waited to be re-sent
                 if self._closing:
                     return
                 code = ws.close_code
@@ -506,6 +515,8 @@ class RawpClient(TypedSends[asyncio.Future[int]]):
             except ConnectionClosed:
                 return
             self._handle(message)
+            if self.resend_due and self._resender is None:
+                self._resender = asyncio.get_running_loop().create_task(self._resend(ws))
             if self._ack_due(self.ack_every):
                 await self._ack(ws)
 
@@ -513,6 +524,34 @@ class RawpClient(TypedSends[asyncio.Future[int]]):
         frame = self._received(message)
         if frame is not None:
             self._push(frame)
+
+    async def _resend(self, ws: ClientConnection) -> None:
+        """§7: after ``store_unavailable``, write our frames again from the first refused
+        one, in order, with backoff (protocol/resends.py); give up on the connection (drop
+        it, so the reattach carries them) when the core says so."""
+        try:
+            while self.resend_due and self._ws is ws:
+                await asyncio.sleep(self._resend_delay(self._rng))
+                async with self._send_lock:
+                    if self._ws is not ws or not self._live:
+                        return
+                    writes = self._resend_writes()
+                    if writes is None:
+                        log.info("the store stays unavailable: reattaching to re-send")
+                        ws.transport.abort()
+                        return
+                    for data in writes:
+                        await ws.send(data, text=True)
+        except ConnectionClosed:
+            pass  # the reader notices; the reattach carries the rest
+        finally:
+            if self._resender is asyncio.current_task():
+                self._resender = None
+
+    def _stop_resending(self) -> None:
+        resender, self._resender = self._resender, None
+        if resender is not None and not resender.done():
+            resender.cancel()
 
     async def _ack(self, ws: ClientConnection) -> None:
         due = self._ack_frame()
@@ -627,7 +666,8 @@ class RawpClient(TypedSends[asyncio.Future[int]]):
             # what was sent before it
             self._commits.track(frame.message_id)
             ws = self._ws
-            if self._live and ws is not None:
+            # behind frames waiting to be re-sent (§7), a frame waits too (in order)
+            if self._live and ws is not None and not self.resend_due:
                 try:
                     self._commits.wrote(frame.message_id, [frame.message_id])
                     await ws.send(data, text=True)

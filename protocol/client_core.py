@@ -21,6 +21,15 @@ What the client does on its own:
   seq, or :class:`FrameRefused`); the typed helpers and :meth:`RawpClient.post` return at once
   and :meth:`RawpClient.committed` / :meth:`RawpClient.flush` wait later. Acknowledged frames
   leave the in-flight window, so a reattach resends only what the master may lack.
+* **Re-sending after ``store_unavailable``** (docs/protocol.md §7, :mod:`protocol.resends`):
+  the master refuses a frame it cannot make durable and then every later one of the
+  connection until the first refused one comes again. The client keeps those refusals from
+  the caller, waits (the reconnect backoff over the rounds so far) and writes its frames
+  again from the first refused one, in order, each once per round; frames the caller sends
+  meanwhile wait in the outgoing buffer behind them. A refused history, or
+  ``resend_rounds`` rounds without an acknowledgement, makes it drop the connection and
+  reattach instead (the reattach carries every unacknowledged frame). The caller hears of
+  it only as for any drop: ``FrameLost`` when a buffer sheds, the reconnect policy's end.
 * **Reconnect** with exponential backoff and full jitter (:class:`Backoff`) after any close
   but a refusal (4400, 4401, 4403, 4404, 4409, 4410, 4426), a normal end (1000: the session
   was deleted) or :meth:`RawpClient.close`. The view is finalized locally when the connection
@@ -85,6 +94,8 @@ from .frames import (
     Welcome,
 )
 from .outgoing import OutgoingBuffer, merge_status
+from .reconnect import Backoff
+from .resends import DEFAULT_RESEND_ROUNDS, Resends, is_store_refusal
 from .snapshot import ClientSnapshot
 from .state import allowed_types
 from .view import SessionView
@@ -139,6 +150,8 @@ class ClientCore(Generic[FutureT]):
         view: SessionView | None,
         state_path: Path | None,
         new_future: Callable[[], FutureT],
+        backoff: Backoff | None = None,
+        resend_rounds: int | None = DEFAULT_RESEND_ROUNDS,
     ) -> None:
         self.url = url
         self.session_id = session_id
@@ -165,6 +178,8 @@ class ClientCore(Generic[FutureT]):
         self._received_since_ack = 0
         self._acked = 0
         self._commits: CommitLedger[FutureT] = CommitLedger(new_future)
+        self._resends = Resends(backoff or Backoff(), resend_rounds)
+        self._histories: list[str] = []  # the histories written on this connection
 
     # --- persistence -----------------------------------------------------------------------
 
@@ -279,6 +294,8 @@ class ClientCore(Generic[FutureT]):
             self.view.reset_cursor(head)
         self._acked = min(self._acked, self.view.last_seq)
         self._commits.new_connection()
+        self._resends.new_connection()
+        self._histories.clear()
         received = w.received.last_message_id if w.received is not None else None
         if received:
             self._commits.received_through(received, head, self._unsettled())
@@ -317,6 +334,7 @@ class ClientCore(Generic[FutureT]):
                 self._pending_status = history.payload.buffer_status
                 carried = {item.value.message_id for item in sent}
                 self._commits.wrote(history.message_id, [item.value.message_id for item in sent])
+                self._histories.append(history.message_id)
                 yield codec.encode(history)
                 self._pending_status = None
                 for item in sent:
@@ -422,6 +440,7 @@ class ClientCore(Generic[FutureT]):
                 newest = self._commits.acked(p.last_message_id, p.last_seq)
                 if newest is not None:
                     self._in_flight.discard_through(lambda sent: sent.message_id == newest)
+                    self._resends.acknowledged()
             return None  # a connection frame: neither folded nor yielded
         if frame.seq is not None:
             if frame.seq <= self.view.last_seq:
@@ -430,6 +449,8 @@ class ClientCore(Generic[FutureT]):
         elif isinstance(frame, History):
             self._received_since_ack += 1
         elif isinstance(frame, SessionError) and frame.payload.ref_message_id is not None:
+            if self._store_refused(frame):
+                return None  # §7: we send it again ourselves (see protocol/resends.py)
             # notes §16.3: it names one of ours; earlier frames are not settled by it
             self._commits.refused(frame)
         if isinstance(frame, Deleted):
@@ -453,6 +474,68 @@ class ClientCore(Generic[FutureT]):
     def _drop_ends_session(self, close_code: int | None) -> bool:
         """Whether a closed connection ended the session (deleted, or a normal close)."""
         return self._deleted or close_code == CloseCode.NORMAL
+
+    # --- re-sending after store_unavailable (§7, protocol/resends.py) ---------------------
+
+    def _store_refused(self, error: SessionError) -> bool:
+        """A ``store_unavailable`` naming one of ours that a round re-sends: not settled,
+        not delivered. False for any other refusal (the caller settles it)."""
+        if not self._resends.enabled or not is_store_refusal(error):
+            return False
+        ref = error.payload.ref_message_id
+        assert ref is not None
+        return self._resends.refused(ref, self._window_ids(), self._histories)
+
+    def _window_ids(self) -> list[str]:
+        return [item.value.message_id for item in self._in_flight.items]
+
+    @property
+    def resend_due(self) -> bool:
+        """Frames wait to be re-sent (or a reattach to carry them): new frames wait too."""
+        return self._resends.due
+
+    @property
+    def resent(self) -> int:
+        """Frames this client wrote again after ``store_unavailable`` (§7)."""
+        return self._resends.resent
+
+    def _resend_delay(self, rng: Any = None) -> float:
+        """Seconds to wait before the next re-send round (backoff over the rounds so far)."""
+        return self._resends.delay(rng)
+
+    def _resend_writes(self) -> Iterator[bytes] | None:
+        """One re-send round: every frame of the in-flight window from the first refused one,
+        in order, then the frames that waited behind it. None: give up on this connection
+        and reattach (a refused history, or too many rounds without an acknowledgement).
+
+        The waiting frames count as in flight once the round starts, so a write that fails
+        leaves them to the reattach, which carries the whole window.
+        """
+        again = self._resends.take(self._window_ids())
+        if again is None:
+            return None
+        resend = self._in_flight.items[len(self._in_flight) - len(again) :] if again else []
+        waited, _status = self._outgoing.take()
+        deferred, self._deferred = self._deferred, []
+        fresh = [*waited, *deferred]
+        for item in fresh:
+            self._in_flight.push(item.data, item.value)
+        # A frame the buffers or the window shed meanwhile never reaches the master.
+        keep = set(self._window_ids()) | {item.value.message_id for item in self._outgoing.items}
+        self._commits.fail_all(keep, FrameLost("shed while the store was unavailable (§7)"))
+        return self._round(resend, fresh)
+
+    def _round(
+        self, resend: list[BufferedItem[Frame]], fresh: list[BufferedItem[Frame]]
+    ) -> Iterator[bytes]:
+        for item in resend:
+            self._commits.wrote(item.value.message_id, [item.value.message_id])
+            yield item.data
+        for item in fresh:
+            self._commits.wrote(item.value.message_id, [item.value.message_id])
+            yield item.data
+            self._remember_sent(item.value)
+            self._fold_own(item.value)
 
     # --- sending ---------------------------------------------------------------------------
 

@@ -60,7 +60,9 @@ class CommitLedger(Generic[FutureT]):
         return future
 
     def wrote(self, wire_id: str, carried: list[str]) -> None:
-        """``wire_id`` left on the socket carrying the frames ``carried``."""
+        """``wire_id`` left on the socket carrying the frames ``carried`` (written again: it
+        now comes after everything written before, as on the wire)."""
+        self._wire.pop(wire_id, None)
         self._wire[wire_id] = carried
 
     def new_connection(self) -> None:

@@ -153,7 +153,7 @@ class Node:
     def arrived(self) -> None:
         """An HTTP request arrived: it is served under this node's lease as it is now."""
 
-    def writing(self, session: Session) -> contextlib.AbstractAsyncContextManager[None]:
+    def writing(self, session_id: str) -> contextlib.AbstractAsyncContextManager[None]:
         """Around a write outside a connection (REST): fenced like the node's connections."""
         return contextlib.nullcontext()
 
@@ -275,9 +275,9 @@ class ClusterNode(Node):
         """An HTTP request arrived: its writes carry this node's current lease epoch."""
         self.lease.arrived()
 
-    def writing(self, session: Session) -> contextlib.AbstractAsyncContextManager[None]:
+    def writing(self, session_id: str) -> contextlib.AbstractAsyncContextManager[None]:
         """Around a REST write: refused unless our lease is current (relay/lease.py)."""
-        return self.lease.writing(session.id)
+        return self.lease.writing(session_id)
 
     # --- lifecycle -------------------------------------------------------------------------
 

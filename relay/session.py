@@ -477,7 +477,8 @@ class Session:
             StoreUnavailable(
                 f"frame {frame.message_id} was not stored: frame {participant.refused_from} "
                 "before it was refused; send again from there"
-            )
+            ),
+            ref_message_id=frame.message_id,  # notes §16.3: a refusal names its frame
         )
         return False
 

@@ -12,6 +12,7 @@ from protocol.errors import NotAllowed, StoreUnavailableError
 
 from ..hub import Hub, SessionAttached
 from .context import HUB, SESSION_PATH, authenticate
+from .fencing import fenced_write
 from .hardening import hide_server_version
 from .problems import problem, problem_middleware
 from .routes import add_routes
@@ -64,13 +65,15 @@ async def delete_session(request: web.Request) -> web.Response:
     except NotAllowed as exc:
         return problem(403, exc.message, code="not_allowed")
     try:
-        if request.query.get("if_idle") == "true":
-            # Checked under the session lock, together with the delete (seed 001).
+        # [trust] refused on a node declared dead (or that may be) since the request arrived
+        async with fenced_write(hub, session_id):
+            # ``if_idle`` is checked under the session lock, with the delete (seed 001).
             deleted = await hub.delete(
-                session_id, reason="master_request", deleted_by="master", if_idle=True
+                session_id,
+                reason="master_request",
+                deleted_by="master",
+                if_idle=request.query.get("if_idle") == "true",
             )
-        else:
-            deleted = await hub.delete(session_id, reason="master_request", deleted_by="master")
     except SessionAttached:
         return problem(409, "the session has attached participants", code="attached")
     if not deleted and request.query.get("if_absent") != "ok":

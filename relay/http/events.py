@@ -108,7 +108,9 @@ async def submit(
         participant = HttpParticipant(session, principal)
         session.hub.metrics.frames_in.inc()
         started = time.perf_counter()
-        async with fenced_write(session):  # [trust] a paused node's late write is refused
+        async with fenced_write(
+            session.hub, session.id
+        ):  # [trust] a paused node's late write is refused
             await session.submit_now(participant, frame, raw)
         if not participant.errors:
             # Arrival to fan-out, as for WebSocket frames (notes §10 relay latency).

@@ -1,10 +1,11 @@
 """REST writes are fenced like a node's connections (docs/operations.md "Fencing").
 
 :func:`lease_middleware` notes, when a request arrives, the lease this node serves it under;
-:func:`fenced_write` wraps a route's write to a session (an appended frame, a rename): with
-several nodes it is refused ``503 store_unavailable`` when this node was declared dead since
-the request arrived, or may have been (relay/lease.py), and a sweep that declares the node
-dead while the write is in progress fences the session, so the write cannot land after it.
+:func:`fenced_write` wraps a route's write to a session (an appended frame, a rename, a
+delete): with several nodes it is refused ``503 store_unavailable`` when this node was
+declared dead since the request arrived, or may have been (relay/lease.py), and a sweep that
+declares the node dead while the write is in progress fences the session, so an append or a
+rename cannot land after it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from .context import HUB
 from .middleware import ApiError
 
 if TYPE_CHECKING:
-    from ..session import Session
+    from ..hub import Hub
 
 __all__ = ["fenced_write", "lease_middleware"]
 
@@ -35,11 +36,11 @@ async def lease_middleware(request: web.Request, handler: Any) -> web.StreamResp
 
 
 @contextlib.asynccontextmanager
-async def fenced_write(session: Session) -> AsyncIterator[None]:
-    """Around a REST write to ``session``; a fenced or unconfirmed lease (or any store
+async def fenced_write(hub: Hub, session_id: str) -> AsyncIterator[None]:
+    """Around a REST write to the session; a fenced or unconfirmed lease (or any store
     failure) answers 503 ``store_unavailable``."""
     try:
-        async with session.hub.cluster.writing(session):
+        async with hub.cluster.writing(session_id):
             yield
     except StoreError as exc:
         raise ApiError(503, str(exc), code="store_unavailable") from None

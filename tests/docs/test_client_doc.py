@@ -27,8 +27,10 @@ def python_blocks(text: str) -> list[str]:
 
 @pytest.fixture
 async def master() -> AsyncIterator[Master]:
-    """A master on free loopback ports that accepts the test API key."""
-    started = await start_master()
+    """A master on free loopback ports that accepts the test API key. Its reattach window is
+    a minute: a later block reads the session an earlier one left, however slowly the next
+    interpreter starts on a loaded machine."""
+    started = await start_master(reattach_window_s=60.0)
     yield started
     await started.stop()
 
