@@ -756,9 +756,21 @@ class Session:
                     ref_message_id=inner.message_id,
                 )
                 continue
-            if inner.message_id in self._recent or await self.hub.store.message_seq(
-                self.id, inner.message_id
-            ):
+            try:
+                logged = inner.message_id in self._recent or await self.hub.store.message_seq(
+                    self.id, inner.message_id
+                )
+            except StoreError as exc:
+                # Refused like a failed append: answered, and later frames refused until it
+                # is sent again (never judged against a state the history would have changed).
+                self.hub.metrics.store_errors.inc()
+                if participant.refused_from is None and _retryable(exc):
+                    participant.refused_from = frame.message_id
+                participant.send_error(
+                    refusal(exc, frame.message_id), ref_message_id=frame.message_id
+                )
+                return
+            if logged:
                 continue  # already logged live: logged once (notes §7)
             # [trust] a history's frames are acts like live ones: what the credential may
             # not do is neither logged nor relayed (every view would fold it, §16.6).

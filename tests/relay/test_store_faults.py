@@ -13,7 +13,7 @@ from relay.server import Master
 from relay.store.base import AppendResult, NewEntry
 from tests.e2e.conftest import API_KEY
 from tests.e2e.conftest import test_settings as settings_for
-from tests.support.wire import Peer, new_turn_id
+from tests.support.wire import Peer, envelope, new_turn_id
 
 __all__: list[str] = []
 
@@ -128,3 +128,50 @@ async def test_a_batch_folded_behind_a_refused_one_is_refused_too(
     await client.send_frame(start)
     got = await edge.recv()
     assert got["message_id"] == start["message_id"]
+
+
+async def test_a_history_whose_lookup_fails_is_refused_and_later_frames_wait_for_it(
+    master: Master, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A history the store cannot check is refused naming it; frames after it wait for it."""
+    sid = "s-history-lookup"
+    client, edge = await client_and_edge(master, sid)
+    turn = new_turn_id()
+    await client.send("session.turn.start", {"turn_id": turn, "turn_index": 0})
+    assert (await edge.recv())["type"] == "session.turn.start"
+    real = master.store.message_seq
+    failures: list[BaseException] = [StoreUnavailableError("redis unreachable")]
+
+    async def flaky(session_id: str, message_id: str) -> int | None:
+        if failures:
+            raise failures.pop()
+        return await real(session_id, message_id)
+
+    monkeypatch.setattr(master.store, "message_seq", flaky)
+    inner = envelope(sid, "agent.text.delta", {"block_id": "b1", "delta": "offline"})
+    payload = {
+        "frames": [inner],
+        "buffer_status": {"policy_applied": "RING", "truncated": False},
+        "last_sync_timestamp": "2026-11-29T09:00:00.000Z",
+        "last_message_id": inner["message_id"],
+    }
+    refused = await client.send("session.history", payload)
+    error = await client.recv()
+    assert error["type"] == "session.error"
+    assert error["payload"]["error_code"] == "store_unavailable"
+    assert refused["message_id"] in error["payload"]["message"]
+    # not judged against a state without the history: refused until the history comes again
+    later = await client.send("agent.text.done", {"block_id": "b1"})
+    barred = await client.recv()
+    assert barred["payload"]["error_code"] == "store_unavailable"
+    assert later["message_id"] in barred["payload"]["message"]
+    assert f"frame {refused['message_id']} before it" in barred["payload"]["message"]
+    logged = [e.message_id for e in await master.store.read(sid)]
+    assert refused["message_id"] not in logged
+    assert later["message_id"] not in logged
+    again = await client.send("session.history", payload)
+    got = await edge.recv()
+    assert got["message_id"] == again["message_id"]
+    assert [f["message_id"] for f in got["payload"]["frames"]] == [inner["message_id"]]
+    await client.send_frame(later)
+    assert (await edge.recv())["message_id"] == later["message_id"]
