@@ -23,6 +23,7 @@ from .base import (
     ParticipantRecord,
     SessionHeader,
     Store,
+    received_of,
 )
 
 __all__ = ["MemoryStore"]
@@ -36,6 +37,7 @@ class _Session:
     head: int = 0
     by_message_id: dict[str, int] = field(default_factory=dict)
     participants: dict[str, ParticipantRecord] = field(default_factory=dict)
+    received: dict[str, str] = field(default_factory=dict)  # sender id → welcome.received
 
 
 class MemoryStore(Store):
@@ -139,6 +141,9 @@ class MemoryStore(Store):
             s.entries.append(e.committed(seq))
             results.append(AppendResult(seq=seq))
             added += 1
+            got = received_of(e)
+            if got is not None:
+                s.received[e.sender_id] = got
         s.header.revision += added  # duplicates change nothing (as in the Redis script)
         if self._retention is not None and len(s.entries) > self._retention:
             cut = len(s.entries) - self._retention
@@ -172,6 +177,11 @@ class MemoryStore(Store):
     async def head_seq(self, session_id: str) -> int:
         s = self._get(session_id)
         return 0 if s is None else s.head
+
+    async def last_received(self, session_id: str, participant_id: str) -> str | None:
+        """Kept per sender by :meth:`append` (a fork starts with none, as on Redis)."""
+        s = self._get(session_id)
+        return None if s is None else s.received.get(participant_id)
 
     async def trimmed_before(self, session_id: str) -> int:
         s = self._get(session_id)

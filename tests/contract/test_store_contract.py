@@ -365,6 +365,61 @@ async def test_message_seq(store: Store) -> None:
     assert await store.message_seq(sid(), entries[1].message_id) is None
 
 
+# --- welcome.received ------------------------------------------------------------------------
+
+
+async def test_last_received_is_kept_per_sender(backend: Backend, store: Store) -> None:
+    """last_received is the sender's last logged frame, or the frame its history reported;
+    master entries, a history that kept none and a duplicate change nothing."""
+    s = await new_session(store)
+    assert await store.last_received(s, "p-client") is None
+    await store.append(s, [entry("m1"), entry("m2"), entry("x", sender_id="p-edge")])
+    assert await store.last_received(s, "p-client") == "m2"
+    history = entry("h1", type="session.history")
+    history.received_id = "inner-9"
+    empty = entry("h2", type="session.history")
+    empty.received_id = ""
+    master = entry(sender_id="p-client", sender_role="master")
+    await store.append(s, [history, master, empty])
+    other = backend.reopen(store)
+    assert await other.last_received(s, "p-client") == "inner-9"
+    assert await other.last_received(s, "p-edge") == "x"
+    await store.append(s, [entry("m1")])  # a duplicate changes nothing
+    assert await other.last_received(s, "p-client") == "inner-9"
+    assert await other.last_received(s, "p-nobody") is None
+    assert await other.last_received(sid(), "p-client") is None
+
+
+async def test_last_received_survives_a_restart(backend: Backend, store: Store) -> None:
+    """What last_received reports outlives the process on the durable backends."""
+    if not backend.durable:
+        pytest.skip("the memory store lives in one process: nothing survives it, by design")
+    s = await new_session(store)
+    await store.append(s, [entry("m1"), entry("e1", sender_id="p-edge")])
+    other = await backend.crash(store)
+    assert await other.last_received(s, "p-client") == "m1"
+    assert await other.last_received(s, "p-edge") == "e1"
+
+
+async def test_last_received_outlives_retention(backend: Backend) -> None:
+    """Once retention trimmed a sender's frames, last_received still names its last one."""
+    store = backend.open(retention=2)
+    s = await new_session(store)
+    await store.append(s, [entry("c1"), entry("c2")])
+    await store.append(s, [entry(sender_id="p-edge") for _ in range(3)])
+    assert await store.trimmed_before(s) == 4
+    assert await store.last_received(s, "p-client") == "c2"
+
+
+async def test_last_received_goes_with_a_deleted_session(store: Store) -> None:
+    """A session deleted and created again reports nothing received from anyone."""
+    s = await new_session(store)
+    await store.append(s, [entry("m1")])
+    assert await store.delete_session(s)
+    await store.create_session(header(s))
+    assert await store.last_received(s, "p-client") is None
+
+
 # --- sessions --------------------------------------------------------------------------------
 
 
