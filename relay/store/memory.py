@@ -8,6 +8,8 @@ newest ``retention`` entries, so ``lost_frame_count`` arithmetic is exercised he
 from __future__ import annotations
 
 import bisect
+import heapq
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -49,6 +51,12 @@ class MemoryStore(Store):
         self._sessions: dict[str, _Session] = {}
         self._tombstones: set[str] = set()
         self._deadlines: dict[tuple[str, str], Deadline] = {}
+        # Due order for claims: (due_ms, set order, key, deadline); an item whose deadline is
+        # no longer the key's (cleared, moved) is skipped when reached, and the heap is
+        # rebuilt once such items outnumber the live ones. A claim then costs what it claims,
+        # not a scan of every deadline (10,000 dropped edges: every tick of the loop).
+        self._due: list[tuple[int, int, tuple[str, str], Deadline]] = []
+        self._set_order = itertools.count()
         self._credentials: dict[str, Credential] = {}
         self._retention = retention
 
@@ -229,17 +237,24 @@ class MemoryStore(Store):
             s.participants.pop(participant_id, None)
 
     async def set_deadline(self, deadline: Deadline) -> None:
-        self._deadlines[deadline.session_id, deadline.participant_id] = deadline
+        key = (deadline.session_id, deadline.participant_id)
+        self._deadlines[key] = deadline
+        heapq.heappush(self._due, (deadline.due_ms, next(self._set_order), key, deadline))
+        if len(self._due) > 2 * len(self._deadlines) + 64:
+            self._due = [item for item in self._due if self._deadlines.get(item[2]) is item[3]]
+            heapq.heapify(self._due)
 
     async def clear_deadline(self, session_id: str, participant_id: str) -> None:
         self._deadlines.pop((session_id, participant_id), None)
 
     async def claim_due_deadlines(self, now_ms: int, limit: int = 100) -> list[Deadline]:
-        due = sorted(
-            (d for d in self._deadlines.values() if d.due_ms <= now_ms), key=lambda d: d.due_ms
-        )[:limit]
-        for d in due:
-            del self._deadlines[d.session_id, d.participant_id]
+        due: list[Deadline] = []
+        heap = self._due
+        while heap and len(due) < limit and heap[0][0] <= now_ms:
+            _, _, key, deadline = heapq.heappop(heap)
+            if self._deadlines.get(key) is deadline:
+                del self._deadlines[key]
+                due.append(deadline)
         return due
 
     async def put_credential(self, credential: Credential) -> None:

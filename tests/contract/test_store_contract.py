@@ -695,6 +695,25 @@ async def test_claim_respects_limit_and_order(store: Store) -> None:
     assert [d.due_ms for d in rest] == [998, 999, 1_000]
 
 
+async def test_moved_and_cleared_deadlines_are_claimed_once_at_their_last_due(
+    store: Store,
+) -> None:
+    """After many moves and clears, a claim returns each live deadline once, at its last due."""
+    s = await new_session(store)
+    for round_ in range(5):
+        for i in range(60):
+            due = 10_000 + 100 * i - round_
+            await store.set_deadline(Deadline(session_id=s, participant_id=f"p-{i}", due_ms=due))
+    for i in range(0, 60, 3):
+        await store.clear_deadline(s, f"p-{i}")
+    assert await store.claim_due_deadlines(9_000) == []
+    got = await store.claim_due_deadlines(20_000, limit=1_000)
+    expected = [10_000 + 100 * i - 4 for i in range(60) if i % 3]
+    assert [d.due_ms for d in got] == expected
+    assert [d.participant_id for d in got] == [f"p-{i}" for i in range(60) if i % 3]
+    assert await store.claim_due_deadlines(20_000, limit=1_000) == []
+
+
 async def test_each_deadline_goes_to_exactly_one_claimer(backend: Backend, store: Store) -> None:
     """Concurrent claimers (separate connections) split the due deadlines with no overlap."""
     sessions = [await new_session(store) for _ in range(4)]
