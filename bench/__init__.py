@@ -19,7 +19,7 @@ and the load as separate, bounded processes that stop by themselves:
 * ``baseline_relay`` — the baseline: a minimal websockets fan-out relay;
 * ``_loadgen`` — load-generator processes (JSON lines on stdin/stdout); its ``storm`` roles
   (``_stormgen``) use picows clients (bench dependency group), so the generator is not
-  the bottleneck of an attach-rate measurement;
+  the bottleneck of an attach-rate measurement, and so do ``throughput_picows``'s;
 * ``_wsraw`` — a minimal RFC 6455 client on raw sockets (cheap enough for 10,000 edges, and
   able to send what a correct client never does); ``_workload`` — the frames;
 * ``_procs``, ``_profile``, ``_report`` — processes, py-spy/cProfile summaries, tables.

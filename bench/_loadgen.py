@@ -16,6 +16,7 @@ the benchmark over JSON lines: it prints ``{"event": ...}`` lines on stdout and 
 * ``churn`` — N edges that each drop every ~``period_s`` for ~``down_s`` and reattach with
   their participant id and cursor, timing each replay, then verify exact accounting
   against a dump of the session log.
+* ``storm_attach``, ``storm``, ``throughput_picows`` — picows clients (:mod:`bench._stormgen`).
 """
 
 from __future__ import annotations
@@ -542,6 +543,7 @@ ROLES = {
     "churn": role_churn,
     "storm_attach": lambda cfg, commands: _storm("role_storm_attach", cfg, commands),
     "storm": lambda cfg, commands: _storm("role_storm", cfg, commands),
+    "throughput_picows": lambda cfg, commands: _storm("role_throughput", cfg, commands),
 }
 
 

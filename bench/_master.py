@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from relay import heap
 from relay.cli import event_loop_factory
 from relay.config import add_serve_arguments, settings_from_args
 from relay.logs import configure_logging
@@ -116,7 +117,7 @@ async def _main(args: argparse.Namespace) -> None:
     configure_logging(settings.log_format, settings.log_level)
     master = Master(settings)
     await master.start()
-    gc.freeze()  # as `rawp serve` does once started
+    heap.settle()  # as `rawp serve` does once started
     print(f"RAWP master: ws {master.ws_url}  http {master.http_url}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

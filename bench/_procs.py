@@ -326,8 +326,8 @@ async def start_worker(
 def redis_available() -> str | None:
     """Why the Redis variant cannot run, or None when it can."""
     store = ROOT / "relay" / "store"
-    if not ((store / "redis" / "__init__.py").exists() or (store / "redis.py").exists()):
-        return "relay/store/redis does not exist yet"
+    if not (store / "redis.py").exists() and not (store / "redis" / "__init__.py").exists():
+        return "relay/store/redis (module or package) does not exist yet"
     try:
         from tests.support.redis_server import redis_server_binary
     except ImportError as exc:

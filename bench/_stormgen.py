@@ -14,6 +14,9 @@ the bottleneck (the websockets client saturates first). Roles, run by ``bench._l
   session's, in order, each once, none lost, and every edge's presence roster (folded from
   live frames and histories, coalesced or not) shows every other edge of its session
   attached.
+* ``throughput`` (``bench._loadgen throughput_picows``) — the ``throughput`` role of
+  ``bench._loadgen`` (same events, closed loop) with picows connections: the edges count
+  stream frames by their first bytes, so :mod:`bench.throughput_picows` measures the relay.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import msgspec
 from picows import WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
 
 from ._procs import API_KEY, percentiles
-from ._workload import AgentStream, hello
+from ._workload import AgentStream, frame_type, hello
 
 _decode = msgspec.json.Decoder().decode
 
@@ -325,3 +328,145 @@ async def role_storm(cfg: dict[str, Any], _commands_obj: Any) -> None:
     _close_all(edges + clients)
     await asyncio.sleep(0.2)
     _emit("closed")
+
+
+# --- throughput (server-bound) ----------------------------------------------------------
+
+_NOT_STREAM = frozenset(
+    {b"session.presence", b"connection.welcome", b"session.error", b"session.history"}
+)
+
+
+class _Counter(WSListener):  # type: ignore[misc]
+    """An edge of the throughput role: counts the stream frames it receives, parses none."""
+
+    def __init__(self, progress: asyncio.Event, errors: list[str]) -> None:
+        self.count = 0
+        self.progress = progress
+        self.errors = errors
+        self.transport: WSTransport | None = None
+        self.welcomed: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+    def on_ws_connected(self, transport: WSTransport) -> None:
+        self.transport = transport
+
+    def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
+        if frame.msg_type != WSMsgType.TEXT:
+            if frame.msg_type == WSMsgType.CLOSE:
+                transport.send_close(frame.get_close_code())
+                transport.disconnect()
+            return
+        data = frame.get_payload_as_bytes()
+        if not self.welcomed.done():
+            self.welcomed.set_result(data)
+            return
+        if frame_type(data) in _NOT_STREAM:
+            if data.startswith(b'{"type":"session.error"'):
+                self.errors.append(data[:300].decode("utf-8", "replace"))
+            return
+        self.count += 1
+        self.progress.set()
+
+    def on_ws_disconnected(self, transport: WSTransport) -> None:
+        if not self.welcomed.done():
+            self.welcomed.set_exception(ConnectionError("closed before the welcome"))
+
+
+async def _attach_counter(
+    cfg: dict[str, Any], hello_bytes: bytes, progress: asyncio.Event, errors: list[str]
+) -> _Counter:
+    transport, conn = await ws_connect(
+        lambda: _Counter(progress, errors),
+        _url(cfg),
+        extra_headers={"Sec-WebSocket-Protocol": "rawp.1"},
+        websocket_handshake_timeout=15,
+    )
+    assert isinstance(conn, _Counter)
+    transport.send(WSMsgType.TEXT, hello_bytes)
+    first = await asyncio.wait_for(conn.welcomed, 15)
+    if b'"connection.welcome"' not in first[:40]:  # the minimal relay's json.dumps has spaces
+        raise ConnectionError(f"expected a welcome, got {first[:200]!r}")
+    return conn
+
+
+async def role_throughput(cfg: dict[str, Any], _commands_obj: Any) -> None:
+    """``bench._loadgen throughput``'s protocol with picows clients (same events, same loop).
+
+    One client and N edges; the client keeps at most ``window`` frames ahead of the slowest
+    edge (closed loop); the edges count stream frames during ``measure_s`` after ``warmup_s``.
+    """
+    sid = cfg["session_id"]
+    n_edges = cfg.get("edges", 3)
+    window = cfg.get("window", 2000)
+    progress = asyncio.Event()
+    errors: list[str] = []
+    client_errors: list[str] = []
+    client = await _attach_counter(
+        cfg, hello(sid, "client", API_KEY, create=True), asyncio.Event(), client_errors
+    )
+    edges = [
+        await _attach_counter(cfg, hello(sid, "edge", API_KEY), progress, errors)
+        for _ in range(n_edges)
+    ]
+    assert client.transport is not None
+    send = client.transport.send
+    underlying = client.transport.underlying_transport
+    stream = AgentStream(sid, seed=cfg.get("seed", 1))
+    sent = 0
+    stop = False
+
+    def delivered_min() -> int:
+        return min(e.count for e in edges)
+
+    async def pump() -> None:
+        nonlocal sent
+        text = WSMsgType.TEXT
+        while not stop:
+            allowed = delivered_min() + window - sent
+            if allowed <= 0 or underlying.get_write_buffer_size() > (1 << 20):
+                progress.clear()
+                try:
+                    await asyncio.wait_for(progress.wait(), 1.0)
+                except TimeoutError:
+                    pass
+                continue
+            batch = stream.take(min(allowed, 256))
+            for f in batch:
+                send(text, f)
+            sent += len(batch)
+            await asyncio.sleep(0)
+
+    task = asyncio.get_running_loop().create_task(pump())
+    _emit("attached", edges=n_edges)
+    await asyncio.sleep(cfg.get("warmup_s", 1.5))
+    start_counts = [e.count for e in edges]
+    t0 = time.perf_counter()
+    _emit("measure_start", sent=sent)
+    await asyncio.sleep(cfg.get("measure_s", 5.0))
+    elapsed = time.perf_counter() - t0
+    end_counts = [e.count for e in edges]
+    _emit("measure_end", sent=sent)
+    stop = True
+    await task
+    deadline = time.monotonic() + 30  # everything sent must arrive (closed loop: ≤ window)
+    while delivered_min() < sent and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    delivered = [e - s for s, e in zip(start_counts, end_counts, strict=True)]
+    _emit(
+        "result",
+        sent=sent,
+        received=[e.count for e in edges],
+        complete=all(e.count == sent for e in edges),
+        delivered=delivered,
+        seconds=elapsed,
+        frames_per_s=min(delivered) / elapsed,
+        deliveries_per_s=sum(delivered) / elapsed,
+        edge_errors=errors[:5],
+        client_errors=client_errors[:5],
+        client_error_count=len(client_errors),
+        bytes_per_frame=round(sum(len(f) for f in stream.take(700)) / 700, 1),
+    )
+    for conn in (client, *edges):
+        if conn.transport is not None:
+            conn.transport.send_close()
+            conn.transport.disconnect()

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ._plot import series_by_x
-from ._procs import UNTHROTTLED, start_baseline, start_master, start_worker
+from ._procs import UNTHROTTLED, Proc, start_baseline, start_master, start_worker
 from ._profile import pyspy_path, pyspy_record, summarise_collapsed
 from ._report import environment, figure, figures_table, markdown_footer, now_iso, table
 
@@ -45,21 +45,30 @@ AIM_STORM_S: Final = 3.0
 AUDIENCES: Final = (1, 10, 100, 1000)
 
 
-async def _attach_rate(host: str, port: int, eps: int, total: int, minimal: bool) -> float:
+async def _attach_rate(server: Proc, eps: int, total: int, minimal: bool) -> tuple[float, float]:
+    """(attaches/s, server CPU ms per attach) for ``total`` edges in sessions of ``eps``."""
     sessions = [f"s-att-{time.monotonic_ns()}-{i}" for i in range(max(1, total // eps))]
-    cfg = {"host": host, "port": port, "sessions": sessions, "eps": eps, "minimal": minimal}
+    cfg = {
+        "host": server.host,
+        "port": server.port,
+        "sessions": sessions,
+        "eps": eps,
+        "minimal": minimal,
+    }
     if minimal:
         cfg["path"] = "/"
     w = await start_worker("storm_attach", {**cfg, "max_seconds": 300})
     try:
         await w.expect("ready", timeout=120)
+        cpu0 = server.cpu_seconds()
         await w.send(cmd="go")
         got = await w.expect("attached", timeout=120)
+        cpu = server.cpu_seconds() - cpu0
         await w.send(cmd="close")
         await w.expect("closed", timeout=60)
     finally:
         await w.finish(timeout=10)
-    return float(got["edges"]) / float(got["seconds"])
+    return float(got["edges"]) / float(got["seconds"]), 1000 * cpu / float(got["edges"])
 
 
 async def _storm(
@@ -86,12 +95,14 @@ async def _storm(
         if profile and pyspy_path() is not None:
             out = workdir / f"storm-{sessions}x{eps}.txt"
             sampler = asyncio.get_running_loop().create_task(pyspy_record(master.pid, 3.0, out))
+        cpu0 = master.cpu_seconds()
         await w.send(cmd="reconnect")
         waiting = asyncio.get_running_loop().create_task(w.expect("reconnected", timeout=300))
         while not waiting.done():
             peak = max(peak, master.rss_kib())
             await asyncio.sleep(0.05)
         got = waiting.result()
+        cpu = master.cpu_seconds() - cpu0
         await w.send(cmd="verify")
         res = await w.expect("result", timeout=120)
         await w.send(cmd="close")
@@ -114,6 +125,7 @@ async def _storm(
         "presence_exact_edges": res["presence_exact"],
         "lost_frame_count": res["lost"],
         "problems": res["problems"],
+        "master_cpu_s": round(cpu, 2),
         "rss_before_mib": round(before / 1024, 1),
         "rss_peak_mib": round(peak / 1024, 1),
         "profile": summary,
@@ -137,9 +149,17 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         baseline = await start_baseline(loop=loop)
         try:
             for eps in AUDIENCES:
-                m = await _attach_rate(master.host, master.port, eps, total, False)
-                b = await _attach_rate(baseline.host, baseline.port, eps, total, True)
-                rates.append({"edges_per_session": eps, "master": round(m), "minimal": round(b)})
+                m, m_cpu = await _attach_rate(master, eps, total, False)
+                b, b_cpu = await _attach_rate(baseline, eps, total, True)
+                rates.append(
+                    {
+                        "edges_per_session": eps,
+                        "master": round(m),
+                        "minimal": round(b),
+                        "master_cpu_ms": round(m_cpu, 3),
+                        "minimal_cpu_ms": round(b_cpu, 3),
+                    }
+                )
             profile = not getattr(args, "no_profile", False)
             storms.append(await _storm(master, 1, 1000, workdir, profile))
             storms.append(await _storm(master, 10 if quick else 100, 100, workdir, profile))
@@ -150,6 +170,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     for r in rates:
         ratio = r["master"] / r["minimal"] if r["minimal"] else 0.0
         r["ratio"] = round(ratio, 2)
+        r["cpu_ratio"] = round(r["minimal_cpu_ms"] / max(r["master_cpu_ms"], 1e-9), 2)
         figures.append(
             figure(
                 f"attach rate, sessions of {r['edges_per_session']:,} edges",
@@ -221,13 +242,31 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         figures_table(r["figures"]),
         table(
-            ["edges per session", "master attaches/s", "minimal server attaches/s", "ratio"],
             [
-                [f"{x['edges_per_session']:,}", x["master"], x["minimal"], f"{x['ratio']}×"]
+                "edges per session",
+                "master attaches/s",
+                "minimal server attaches/s",
+                "ratio",
+                "CPU ms per attach: master / minimal",
+                "× per CPU-s",
+            ],
+            [
+                [
+                    f"{x['edges_per_session']:,}",
+                    x["master"],
+                    x["minimal"],
+                    f"{x['ratio']}×",
+                    f"{x.get('master_cpu_ms', '–')} / {x.get('minimal_cpu_ms', '–')}",
+                    f"{x['cpu_ratio']}×" if "cpu_ratio" in x else "–",
+                ]
                 for x in r["attach_rates"]
             ],
-            "rrrr",
+            "rrrrrr",
         ),
+        "*CPU ms per attach* is the server process's CPU time from the first connect to the "
+        "last welcome, per attach: the cross-check that other load on the machine disturbs "
+        "least (the rates move with whatever else runs on the two cores).",
+        "",
         table(
             [
                 "storm",
@@ -237,6 +276,7 @@ def markdown(result: dict[str, Any]) -> str:
                 "presence exact",
                 "lost",
                 "failed connects (retried)",
+                "master CPU s",
                 "RSS before / peak MiB",
             ],
             [
@@ -248,11 +288,12 @@ def markdown(result: dict[str, Any]) -> str:
                     f"{s['presence_exact_edges']:,}/{s['edges']:,}",
                     s["lost_frame_count"],
                     s["reconnect_failures"],
+                    s.get("master_cpu_s", "–"),
                     f"{s['rss_before_mib']} / {s['rss_peak_mib']}",
                 ]
                 for s in r["storms"]
             ],
-            "lrrrrrrr",
+            "lrrrrrrrr",
         ),
         "Presence is coalesced (docs/protocol.md §5 item 11): the changes of one delivery step "
         "go out as one `session.presence` with `changes`, so a storm of N reattaches costs a "

@@ -63,6 +63,10 @@ DESCRIPTION: Final = "client → 3 edges frames/s: master (memory, sqlite, redis
 AIMS: Final = {"memory": 0.9, "sqlite": 0.8, "redis": 0.8}
 EDGE_COUNTS: Final = (1, 3, 10, 30)
 EDGE_COUNTS_QUICK: Final = (1, 3, 10)
+GENERATORS: Final = {
+    "throughput": "raw-socket Python client generator",
+    "throughput_picows": "picows generator, server-bound",
+}
 
 
 async def _round(
@@ -72,6 +76,7 @@ async def _round(
     *,
     profile: Path | None = None,
     edges: int = 3,
+    role: str = "throughput",
     root: Path | None = None,
 ) -> dict[str, Any]:
     loop = getattr(args, "loop", "asyncio")
@@ -93,7 +98,7 @@ async def _round(
         server = await start_master([*UNTHROTTLED, "--store", handle.url], loop=loop, root=root)
     try:
         worker = await start_worker(
-            "throughput",
+            role,
             {
                 "host": server.host,
                 "port": server.port,
@@ -133,7 +138,9 @@ async def _round(
     return result
 
 
-async def _run(args: argparse.Namespace) -> dict[str, Any]:
+async def _run(
+    args: argparse.Namespace, *, name: str = NAME, role: str = "throughput"
+) -> dict[str, Any]:
     rounds = 1 if args.quick else 3
     variants = ["baseline", "memory", "sqlite"]
     redis_missing = redis_available()
@@ -145,7 +152,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         workdir = Path(tmp)
         for _ in range(rounds):
             for variant in variants:
-                per[variant].append(await _round(variant, args, workdir))
+                per[variant].append(await _round(variant, args, workdir, role=role))
         base = statistics.median(r["frames_per_s"] for r in per["baseline"])
         rows: list[dict[str, Any]] = []
         for variant in variants:
@@ -177,19 +184,19 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
                 aim = AIMS.get(row["variant"])
                 if aim is not None and row["ratio"] < aim:
                     out = workdir / f"profile-{row['variant']}.txt"
-                    await _round(row["variant"], args, workdir, profile=out)
+                    await _round(row["variant"], args, workdir, profile=out, role=role)
                     if out.exists():
                         profiles[row["variant"]] = summarise_collapsed(out, 25)
             if profiles:
                 out = workdir / "profile-baseline.txt"
-                await _round("baseline", args, workdir, profile=out)
+                await _round("baseline", args, workdir, profile=out, role=role)
                 if out.exists():
                     profiles["baseline"] = summarise_collapsed(out, 25)
         # The curve by number of edges: one round per point, relays alternating.
         by_edges: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
         for n in EDGE_COUNTS_QUICK if args.quick else EDGE_COUNTS:
             for variant in variants:
-                r = await _round(variant, args, workdir, edges=n)
+                r = await _round(variant, args, workdir, edges=n, role=role)
                 by_edges[variant].append(
                     {
                         "edges": n,
@@ -219,8 +226,9 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
             )
         )
     return {
-        "benchmark": NAME,
-        "command": 'make bench ARGS="throughput' + (" --quick" if args.quick else "") + '"',
+        "benchmark": name,
+        "generator": GENERATORS[role],
+        "command": f'make bench ARGS="{name}' + (" --quick" if args.quick else "") + '"',
         "loop": getattr(args, "loop", "asyncio"),
         "rounds": rounds,
         "rows": rows,
@@ -245,7 +253,7 @@ def plot(result: dict[str, Any], directory: Path) -> dict[str, str]:
         return {}
     out: dict[str, str] = {}
     for key, label in (("deliveries_per_s", "deliveries/s"), ("frames_per_s", "frames/s")):
-        name = f"{NAME}-{key.split('_')[0]}-by-edges.png"
+        name = f"{result['benchmark']}-{key.split('_')[0]}-by-edges.png"
         series_by_x(
             directory / name,
             f"Relay throughput by number of edges: {label}",
@@ -262,8 +270,9 @@ def plot(result: dict[str, Any], directory: Path) -> dict[str, str]:
 
 
 def markdown(result: dict[str, Any]) -> str:
+    generator = result.get("generator", GENERATORS["throughput"])
     lines = [
-        "# Relay throughput: one client → 3 edges",
+        f"# Relay throughput: one client → 3 edges ({generator})",
         "",
         figures_table(result["figures"]),
         table(

@@ -11,6 +11,9 @@ one process; ``redis``, durable and shared by many nodes) passes one contract su
 * an entry's stored bytes are ``head + str(seq) + tail`` (the envelope with the master's
   ``seq`` spliced in, :func:`protocol.codec.stamp`), so a backend can assign the seq itself.
 * ``read`` returns entries in seq order; ``trimmed_before`` says where retention cut the log.
+* ``last_received`` (``welcome.received``) is kept per sender as entries are logged
+  (:func:`received_of`): one lookup per resumed attach, right after a restart and after
+  retention trimmed the sender's frames.
 * ``delete_session`` removes the log, participants and deadlines and leaves a tombstone.
 * ``archive_session`` ends a session but keeps its header and log readable (notes §16.1);
   ``archived_before`` lists those whose archive retention ran out, oldest first.
@@ -42,6 +45,7 @@ __all__ = [
     "SessionHeader",
     "Store",
     "StoreOpenError",
+    "received_of",
 ]
 
 FORMAT_VERSION: Final = 1
@@ -114,6 +118,15 @@ class NewEntry(msgspec.Struct, kw_only=True, array_like=True):
             exclude=self.exclude,
             edges_only=self.edges_only,
         )
+
+
+def received_of(entry: NewEntry) -> str | None:
+    """What :meth:`Store.last_received` reports for the entry's sender once the entry is
+    logged (not a duplicate); None leaves it unchanged (a master entry, a history that kept
+    none)."""
+    if entry.sender_role == "master":
+        return None
+    return (entry.message_id if entry.received_id is None else entry.received_id) or None
 
 
 class LogEntry(msgspec.Struct, kw_only=True, array_like=True):
@@ -314,9 +327,10 @@ class Store(abc.ABC):
         of the last frame of theirs the log holds, or of the last frame inside their last
         ``session.history`` that kept any; None when there is none.
 
-        Read from the store so it is right on any node at once. This default scans the log
-        newest first (a few thousand entries at most); a store may keep it per sender
-        instead (Redis does, in the append script).
+        Read from the store so it is right on any node at once. Every backend keeps it per
+        sender as it appends (:func:`received_of`; Redis in the append script); this default,
+        for a backend that does not, scans the log newest first (a few thousand entries at
+        most).
         """
         from protocol import codec  # here: base.py is imported by every backend
         from protocol.errors import ProtocolError

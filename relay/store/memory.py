@@ -8,6 +8,8 @@ newest ``retention`` entries, so ``lost_frame_count`` arithmetic is exercised he
 from __future__ import annotations
 
 import bisect
+import heapq
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -23,6 +25,7 @@ from .base import (
     ParticipantRecord,
     SessionHeader,
     Store,
+    received_of,
 )
 
 __all__ = ["MemoryStore"]
@@ -36,6 +39,7 @@ class _Session:
     head: int = 0
     by_message_id: dict[str, int] = field(default_factory=dict)
     participants: dict[str, ParticipantRecord] = field(default_factory=dict)
+    received: dict[str, str] = field(default_factory=dict)  # sender id → welcome.received
 
 
 class MemoryStore(Store):
@@ -47,6 +51,12 @@ class MemoryStore(Store):
         self._sessions: dict[str, _Session] = {}
         self._tombstones: set[str] = set()
         self._deadlines: dict[tuple[str, str], Deadline] = {}
+        # Due order for claims: (due_ms, set order, key, deadline); an item whose deadline is
+        # no longer the key's (cleared, moved) is skipped when reached, and the heap is
+        # rebuilt once such items outnumber the live ones. A claim then costs what it claims,
+        # not a scan of every deadline (10,000 dropped edges: every tick of the loop).
+        self._due: list[tuple[int, int, tuple[str, str], Deadline]] = []
+        self._set_order = itertools.count()
         self._credentials: dict[str, Credential] = {}
         self._retention = retention
 
@@ -139,6 +149,9 @@ class MemoryStore(Store):
             s.entries.append(e.committed(seq))
             results.append(AppendResult(seq=seq))
             added += 1
+            got = received_of(e)
+            if got is not None:
+                s.received[e.sender_id] = got
         s.header.revision += added  # duplicates change nothing (as in the Redis script)
         if self._retention is not None and len(s.entries) > self._retention:
             cut = len(s.entries) - self._retention
@@ -172,6 +185,11 @@ class MemoryStore(Store):
     async def head_seq(self, session_id: str) -> int:
         s = self._get(session_id)
         return 0 if s is None else s.head
+
+    async def last_received(self, session_id: str, participant_id: str) -> str | None:
+        """Kept per sender by :meth:`append` (a fork starts with none, as on Redis)."""
+        s = self._get(session_id)
+        return None if s is None else s.received.get(participant_id)
 
     async def trimmed_before(self, session_id: str) -> int:
         s = self._get(session_id)
@@ -219,17 +237,24 @@ class MemoryStore(Store):
             s.participants.pop(participant_id, None)
 
     async def set_deadline(self, deadline: Deadline) -> None:
-        self._deadlines[deadline.session_id, deadline.participant_id] = deadline
+        key = (deadline.session_id, deadline.participant_id)
+        self._deadlines[key] = deadline
+        heapq.heappush(self._due, (deadline.due_ms, next(self._set_order), key, deadline))
+        if len(self._due) > 2 * len(self._deadlines) + 64:
+            self._due = [item for item in self._due if self._deadlines.get(item[2]) is item[3]]
+            heapq.heapify(self._due)
 
     async def clear_deadline(self, session_id: str, participant_id: str) -> None:
         self._deadlines.pop((session_id, participant_id), None)
 
     async def claim_due_deadlines(self, now_ms: int, limit: int = 100) -> list[Deadline]:
-        due = sorted(
-            (d for d in self._deadlines.values() if d.due_ms <= now_ms), key=lambda d: d.due_ms
-        )[:limit]
-        for d in due:
-            del self._deadlines[d.session_id, d.participant_id]
+        due: list[Deadline] = []
+        heap = self._due
+        while heap and len(due) < limit and heap[0][0] <= now_ms:
+            _, _, key, deadline = heapq.heappop(heap)
+            if self._deadlines.get(key) is deadline:
+                del self._deadlines[key]
+                due.append(deadline)
         return due
 
     async def put_credential(self, credential: Credential) -> None:

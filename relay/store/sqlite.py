@@ -6,6 +6,10 @@ for dedupe; ``sessions`` is the header beside the log (format version, parent, s
 created/ended, reason, revision, plus head/first seq and an *open turn* marker so start-up
 finds the sessions to recover without reading any log); participants, deadlines and
 credentials have tables of their own, so tokens, keys and reattach windows survive a restart.
+``received`` keeps, per session and sender, the message id ``welcome.received`` reports
+(written by each append, never trimmed), so a resumed attach reads one row instead of
+scanning the log. A database of format 1 (before ``received``) is upgraded in place when
+opened: the table is filled from the log in the same transaction that marks format 2.
 
 Writes: one writer thread with its own connection takes every queued write at once and
 applies them in one transaction (group commit, no fixed window: while one transaction is
@@ -58,6 +62,7 @@ from .base import (
     SessionHeader,
     Store,
     StoreOpenError,
+    received_of,
 )
 
 __all__ = ["APPLICATION_ID", "DB_FORMAT", "SqliteStore", "StoreOpenError"]
@@ -65,7 +70,7 @@ __all__ = ["APPLICATION_ID", "DB_FORMAT", "SqliteStore", "StoreOpenError"]
 T = TypeVar("T")
 
 APPLICATION_ID: Final = 0x52415750  # "RAWP" in the SQLite header's application_id field
-DB_FORMAT: Final = 1
+DB_FORMAT: Final = 2
 """Version of the database layout (``PRAGMA user_version``); a larger one is refused."""
 
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
@@ -73,7 +78,17 @@ _MAX_BATCH: Final = 1024  # writes per transaction at most (bounds one transacti
 _READERS: Final = 2
 _BUSY_TIMEOUT_MS: Final = 1000  # another program holding the file: give up after this
 
-SCHEMA: Final = """
+# Format 2: what welcome.received reports, per session and sender (format 1 had no table).
+RECEIVED_TABLE: Final = """
+CREATE TABLE IF NOT EXISTS received (
+    session_id TEXT NOT NULL,
+    participant_id TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    PRIMARY KEY (session_id, participant_id)
+) WITHOUT ROWID;
+"""
+SCHEMA: Final = (
+    """
 CREATE TABLE IF NOT EXISTS sessions (
     session_id TEXT PRIMARY KEY,
     workspace TEXT NOT NULL,
@@ -129,9 +144,12 @@ CREATE TABLE IF NOT EXISTS deadlines (
 CREATE INDEX IF NOT EXISTS deadlines_due ON deadlines (due_ms);
 CREATE TABLE IF NOT EXISTS credentials (digest TEXT PRIMARY KEY, record BLOB NOT NULL);
 """
-_TABLES: Final = frozenset(
+    + RECEIVED_TABLE
+)
+_TABLES_V1: Final = frozenset(
     {"sessions", "log", "tombstones", "participants", "deadlines", "credentials"}
 )
+_TABLES: Final = _TABLES_V1 | {"received"}
 
 _HEADER_COLUMNS: Final = (
     "session_id, workspace, name, agent_id, created_at, epoch, format_version, "
@@ -176,6 +194,11 @@ INSERT_ENTRY: Final = (
     "sender_role, exclude, edges_only) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 SEQ_OF_MESSAGE: Final = "SELECT seq FROM log WHERE session_id = ? AND message_id = ?"
+PUT_RECEIVED: Final = (
+    "INSERT OR REPLACE INTO received (session_id, participant_id, message_id) VALUES (?, ?, ?)"
+)
+GET_RECEIVED: Final = "SELECT message_id FROM received WHERE session_id = ? AND participant_id = ?"
+DELETE_RECEIVED: Final = "DELETE FROM received WHERE session_id = ?"
 TRIM_LOG: Final = "DELETE FROM log WHERE session_id = ? AND seq < ?"
 _ENTRY_COLUMNS: Final = "seq, message_id, type, data, sender_id, sender_role, exclude, edges_only"
 READ_RANGE: Final = (
@@ -325,15 +348,15 @@ def _open_connection(path: Path, *, read_only: bool) -> sqlite3.Connection:
     return db
 
 
-def _inspect(path: Path) -> bool:
-    """Check an existing file without writing to it; True when it is a new (empty) database.
+def _inspect(path: Path) -> int:
+    """Check an existing file without writing to it; its format (0: a new, empty database).
 
     Raises :class:`StoreOpenError` for anything rawp must not touch (seed 004).
     """
     with path.open("rb") as f:
         magic = f.read(len(_SQLITE_MAGIC))
     if not magic:
-        return True  # an empty file: a database nobody wrote yet
+        return 0  # an empty file: a database nobody wrote yet
     if magic != _SQLITE_MAGIC:
         raise StoreOpenError(f"{path} is not a RAWP database (not an SQLite file); left untouched")
     try:
@@ -355,7 +378,7 @@ def _inspect(path: Path) -> bool:
             f"{path} is damaged and cannot be read ({exc}); left untouched"
         ) from None
     if app_id == 0 and not tables:
-        return True
+        return 0
     if app_id != APPLICATION_ID:
         raise StoreOpenError(f"{path} is not a RAWP database (another program's SQLite file)")
     if version > DB_FORMAT:
@@ -363,11 +386,12 @@ def _inspect(path: Path) -> bool:
             f"{path} was written by a newer rawp (database format {version} > {DB_FORMAT}): "
             "upgrade rawp to open it"
         )
-    if not tables >= _TABLES:
+    needed = _TABLES if version >= 2 else _TABLES_V1
+    if not tables >= needed:
         raise StoreOpenError(
-            f"{path} is damaged: tables {sorted(_TABLES - tables)} are missing; left untouched"
+            f"{path} is damaged: tables {sorted(needed - tables)} are missing; left untouched"
         )
-    return False
+    return max(1, int(version))
 
 
 class _Lock:
@@ -474,7 +498,7 @@ class SqliteStore(Store):
             raise StoreOpenError(f"cannot create the directory of {path}: {exc}") from None
         self._lock.acquire(path)
         try:
-            fresh = _inspect(path) if path.exists() else True
+            found = _inspect(path) if path.exists() else 0
             # mode bits too: a file marked read-only is refused even for root
             if path.exists() and (not os.access(path, os.W_OK) or not path.stat().st_mode & 0o222):
                 raise StoreOpenError(f"{path} is read-only: rawp must be able to write it")
@@ -487,11 +511,13 @@ class SqliteStore(Store):
                 if str(mode).lower() != "wal":
                     raise StoreOpenError(f"{path}: SQLite refused WAL mode ({mode})")
                 writer.execute("PRAGMA synchronous = FULL")
-                if fresh:
+                if not found:
                     writer.executescript(
                         f"BEGIN; {SCHEMA} PRAGMA application_id = {APPLICATION_ID}; "
                         f"PRAGMA user_version = {DB_FORMAT}; COMMIT;"
                     )
+                elif found < DB_FORMAT:
+                    _upgrade_to_2(writer)
             except sqlite3.OperationalError as exc:
                 if "locked" in str(exc):
                     raise StoreOpenError(f"{path} is locked by another program ({exc})") from None
@@ -626,6 +652,7 @@ class SqliteStore(Store):
             if not existed:
                 return False
             db.execute(DELETE_LOG, (session_id,))
+            db.execute(DELETE_RECEIVED, (session_id,))
             db.execute(DELETE_PARTICIPANTS, (session_id,))
             db.execute(ADD_TOMBSTONE, (session_id,))
             return True
@@ -712,6 +739,13 @@ class SqliteStore(Store):
         )
         return None if row is None else int(row[0])
 
+    async def last_received(self, session_id: str, participant_id: str) -> str | None:
+        """One row of ``received``, kept by each append (a fork starts with none, as on Redis)."""
+        row = await self._read(
+            lambda db: db.execute(GET_RECEIVED, (session_id, participant_id)).fetchone()
+        )
+        return None if row is None else str(row[0])
+
     async def fork_session(self, source_id: str, header: SessionHeader, at_seq: int) -> bool:
         def apply(db: sqlite3.Connection) -> bool:
             if db.execute(SELECT_POSITION, (source_id,)).fetchone() is None:
@@ -787,6 +821,40 @@ class SqliteStore(Store):
         return None if row is None else _credential_dec.decode(row[0])
 
 
+def _upgrade_to_2(db: sqlite3.Connection) -> None:
+    """Format 1 → 2 in one transaction: the ``received`` table, filled from the log by the
+    rule :meth:`Store.last_received` states (the last frame of the sender's, or the last
+    frame inside its last history that kept any)."""
+    from protocol import codec  # only here: the store reads no frame on its hot paths
+    from protocol.errors import ProtocolError
+    from protocol.frames import History
+
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute(RECEIVED_TABLE)
+        received: dict[tuple[str, str], str] = {}
+        rows = db.execute(
+            "SELECT session_id, sender_id, type, message_id, data FROM log "
+            "WHERE sender_role != 'master' ORDER BY session_id, seq"
+        )
+        for session_id, sender_id, kind, message_id, data in rows:
+            got: str | None = message_id
+            if kind == "session.history":
+                got = None
+                with contextlib.suppress(ProtocolError):
+                    frame = codec.decode(bytes(data))
+                    if isinstance(frame, History) and frame.payload.frames:
+                        got = codec.decode(bytes(frame.payload.frames[-1])).message_id
+            if got is not None:
+                received[session_id, sender_id] = got
+        db.executemany(PUT_RECEIVED, [(s, p, m) for (s, p), m in received.items()])
+        db.execute(f"PRAGMA user_version = {DB_FORMAT}")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
 def _append(
     db: sqlite3.Connection,
     session_id: str,
@@ -805,6 +873,7 @@ def _append(
         )
     now_ms = int(time.time() * 1000)
     results: list[AppendResult] = []
+    received: dict[str, str] = {}  # sender id → what welcome.received reports, once logged
     added = 0
     open_turn: int | None = None
     for e in entries:
@@ -820,6 +889,9 @@ def _append(
         head = seq
         added += 1
         results.append(AppendResult(seq=seq))
+        got = received_of(e)
+        if got is not None:
+            received[e.sender_id] = got
         if e.type in _OPENS_TURN:
             open_turn = 1
         elif e.type in _CLOSES_TURN:
@@ -828,4 +900,6 @@ def _append(
         first = head - retention + 1
         db.execute(TRIM_LOG, (session_id, first))
     db.execute(UPDATE_AFTER_APPEND, (head, first, added, open_turn, session_id))
+    if received:
+        db.executemany(PUT_RECEIVED, [(session_id, p, m) for p, m in received.items()])
     return results

@@ -365,6 +365,61 @@ async def test_message_seq(store: Store) -> None:
     assert await store.message_seq(sid(), entries[1].message_id) is None
 
 
+# --- welcome.received ------------------------------------------------------------------------
+
+
+async def test_last_received_is_kept_per_sender(backend: Backend, store: Store) -> None:
+    """last_received is the sender's last logged frame, or the frame its history reported;
+    master entries, a history that kept none and a duplicate change nothing."""
+    s = await new_session(store)
+    assert await store.last_received(s, "p-client") is None
+    await store.append(s, [entry("m1"), entry("m2"), entry("x", sender_id="p-edge")])
+    assert await store.last_received(s, "p-client") == "m2"
+    history = entry("h1", type="session.history")
+    history.received_id = "inner-9"
+    empty = entry("h2", type="session.history")
+    empty.received_id = ""
+    master = entry(sender_id="p-client", sender_role="master")
+    await store.append(s, [history, master, empty])
+    other = backend.reopen(store)
+    assert await other.last_received(s, "p-client") == "inner-9"
+    assert await other.last_received(s, "p-edge") == "x"
+    await store.append(s, [entry("m1")])  # a duplicate changes nothing
+    assert await other.last_received(s, "p-client") == "inner-9"
+    assert await other.last_received(s, "p-nobody") is None
+    assert await other.last_received(sid(), "p-client") is None
+
+
+async def test_last_received_survives_a_restart(backend: Backend, store: Store) -> None:
+    """What last_received reports outlives the process on the durable backends."""
+    if not backend.durable:
+        pytest.skip("the memory store lives in one process: nothing survives it, by design")
+    s = await new_session(store)
+    await store.append(s, [entry("m1"), entry("e1", sender_id="p-edge")])
+    other = await backend.crash(store)
+    assert await other.last_received(s, "p-client") == "m1"
+    assert await other.last_received(s, "p-edge") == "e1"
+
+
+async def test_last_received_outlives_retention(backend: Backend) -> None:
+    """Once retention trimmed a sender's frames, last_received still names its last one."""
+    store = backend.open(retention=2)
+    s = await new_session(store)
+    await store.append(s, [entry("c1"), entry("c2")])
+    await store.append(s, [entry(sender_id="p-edge") for _ in range(3)])
+    assert await store.trimmed_before(s) == 4
+    assert await store.last_received(s, "p-client") == "c2"
+
+
+async def test_last_received_goes_with_a_deleted_session(store: Store) -> None:
+    """A session deleted and created again reports nothing received from anyone."""
+    s = await new_session(store)
+    await store.append(s, [entry("m1")])
+    assert await store.delete_session(s)
+    await store.create_session(header(s))
+    assert await store.last_received(s, "p-client") is None
+
+
 # --- sessions --------------------------------------------------------------------------------
 
 
@@ -638,6 +693,25 @@ async def test_claim_respects_limit_and_order(store: Store) -> None:
     assert [d.due_ms for d in first] == [996, 997]
     rest = await store.claim_due_deadlines(5_000, limit=10)
     assert [d.due_ms for d in rest] == [998, 999, 1_000]
+
+
+async def test_moved_and_cleared_deadlines_are_claimed_once_at_their_last_due(
+    store: Store,
+) -> None:
+    """After many moves and clears, a claim returns each live deadline once, at its last due."""
+    s = await new_session(store)
+    for round_ in range(5):
+        for i in range(60):
+            due = 10_000 + 100 * i - round_
+            await store.set_deadline(Deadline(session_id=s, participant_id=f"p-{i}", due_ms=due))
+    for i in range(0, 60, 3):
+        await store.clear_deadline(s, f"p-{i}")
+    assert await store.claim_due_deadlines(9_000) == []
+    got = await store.claim_due_deadlines(20_000, limit=1_000)
+    expected = [10_000 + 100 * i - 4 for i in range(60) if i % 3]
+    assert [d.due_ms for d in got] == expected
+    assert [d.participant_id for d in got] == [f"p-{i}" for i in range(60) if i % 3]
+    assert await store.claim_due_deadlines(20_000, limit=1_000) == []
 
 
 async def test_each_deadline_goes_to_exactly_one_claimer(backend: Backend, store: Store) -> None:

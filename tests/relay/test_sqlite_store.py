@@ -9,6 +9,7 @@ SQLite then fails the transaction with SQLITE_FULL, the very error a full disk g
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import sqlite3
@@ -274,3 +275,61 @@ async def test_recovery_candidates_follow_the_open_turn_marker(store: SqliteStor
         "s-archived", ended_at="x", ended_at_ms=1, reason="error", deleted_by="client"
     )
     assert await store.recovery_candidates() == ["s-attached", "s-open"]
+
+
+def _sent(message_id: str, data: dict[str, object], sender: str, role: str = "client") -> NewEntry:
+    """An entry whose stored bytes are ``data`` (with its seq), sent by ``sender``."""
+    body = json.dumps({**data, "message_id": message_id}).encode()
+    return NewEntry(
+        message_id=message_id,
+        type=str(data["type"]),
+        head=body[:-1] + b',"seq":',
+        tail=b"}",
+        sender_id=sender,
+        sender_role=role,
+    )
+
+
+async def test_a_format_1_database_is_upgraded_with_received_from_its_log(tmp_path: Path) -> None:
+    """Opening a format-1 file (no ``received`` table) fills the table from the log and marks
+    format 2: a frame, a history's last inner frame, master entries and empty histories."""
+    store = SqliteStore(tmp_path / "rawp.db")
+    await store.start()
+    s = "s-upgrade"
+    await store.create_session(header(s))
+    at = "2026-12-01T00:00:00.000Z"
+    inner = {"type": "agent.text.delta", "message_id": "inner-9", "session_id": s}
+    inner |= {"timestamp": at, "payload": {"block_id": "b", "delta": "x"}}
+
+    def history(frames: list[dict[str, object]]) -> dict[str, object]:
+        status = {"policy_applied": "RING", "truncated": False, "lost_frame_count": 0}
+        payload = {"frames": frames, "buffer_status": status | {"buffer_high_watermark": 1}}
+        payload |= {"last_sync_timestamp": at, "last_message_id": "inner-9"}
+        return {"type": "session.history", "session_id": s, "timestamp": at, "payload": payload}
+
+    delta = {"type": "agent.text.delta", "session_id": s, "timestamp": at}
+    await store.append(
+        s,
+        [
+            _sent("c1", delta, "p-client"),
+            _sent("h1", history([inner]), "p-client"),
+            _sent("h2", history([]), "p-client"),
+            _sent("e1", delta, "p-edge"),
+            _sent("m1", delta, "p-edge", role="master"),
+        ],
+    )
+    await store.close()
+    with sqlite3.connect(store.path) as db:
+        db.execute("DROP TABLE received")
+        db.execute("PRAGMA user_version = 1")
+    again = SqliteStore(store.path)
+    await again.start()
+    try:
+        assert await again.last_received(s, "p-client") == "inner-9"
+        assert await again.last_received(s, "p-edge") == "e1"
+        await again.append(s, [_sent("c2", delta, "p-client")])
+        assert await again.last_received(s, "p-client") == "c2"
+    finally:
+        await again.close()
+    with sqlite3.connect(store.path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == DB_FORMAT == 2
