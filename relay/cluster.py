@@ -44,7 +44,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -58,9 +58,7 @@ from protocol.errors import (
     StoreUnavailable,
     StoreUnavailableError,
 )
-from protocol.finalize import fold_entry
 from protocol.frames import Frame, GenericFrame, Presence, Renamed
-from protocol.state import SenderRole
 
 from .recovery import recover_locked, recover_session
 from .store.base import AppendResult, LogEntry, ParticipantRecord
@@ -415,7 +413,7 @@ class ClusterNode(Node):
         if session.id in self._stale:
             # The state may hold frames that were never logged: refold it from scratch.
             self._stale.discard(session.id)
-            await session._rebuild()  # delivers what we lack, marks stale again on failure
+            await session.rebuild()  # delivers what we lack, marks stale again on failure
             self.metrics.stale.set(len(self._stale))
             if session.id in self._stale:
                 raise StoreUnavailableError("the store is unavailable")
@@ -426,12 +424,7 @@ class ClusterNode(Node):
     def _apply(self, session: Session, entry: LogEntry) -> None:
         if entry.seq <= session.head:
             return
-        try:
-            role = cast(SenderRole, entry.sender_role)
-            fold_entry(session.state, codec.decode(entry.data), role)
-        except ProtocolError:
-            pass  # the node that logged it checked it; a replay of the log skips it the same way
-        session._committed(entry, None)
+        session.receive(entry)
         self.metrics.foreign.inc()
 
     def _observer(self, session: Session) -> Any:
@@ -466,9 +459,7 @@ class ClusterNode(Node):
         """Another node terminated the session: accept nothing more, then close ours 1000."""
         if session.terminated:
             return
-        session.terminated = True
-        session._space.set()  # a submitter waiting for inbox space must not wait forever
-        session._wake.set()  # the worker sees ``terminated`` and ends
+        session.end_here()  # a submitter waiting for inbox space returns, the worker ends
         self.hub.spawn(self._close_deleted(session))
 
     async def _close_deleted(self, session: Session) -> None:
@@ -620,9 +611,7 @@ class ClusterNode(Node):
         participant = session.participants.get(entry.message_id) if session else None
         generation = int(entry.data or b"0")
         if session is not None and participant is not None and participant.generation <= generation:
-            participant.fenced = True  # from now on nothing it sent is accepted
-            del session.participants[participant.id]
-            participant.outbox.close()
+            session.drop(participant)  # from now on nothing it sent is accepted
             # Let a batch of its frames already being appended land first, so the new
             # connection's frames come after it in the log.
             with contextlib.suppress(TimeoutError):
@@ -691,7 +680,7 @@ class ClusterNode(Node):
             self.store_failed(session)
             return True
         for entry in entries:
-            session._committed(entry, None)  # not folded: the caller refolds from the log
+            session.committed(entry, None)  # not folded: the caller refolds from the log
             self.metrics.foreign.inc()
         return True
 
@@ -751,9 +740,7 @@ class ClusterNode(Node):
         self._holding.clear()
         for session in list(self.hub.sessions.values()):
             for participant in list(session.participants.values()):
-                participant.fenced = True
-                session.participants.pop(participant.id, None)
-                participant.outbox.close()
+                session.drop(participant)
                 self.hub.spawn(
                     participant.sink.close(_GOING_AWAY, "this node lost its place; reattach")
                 )
@@ -841,7 +828,7 @@ class ClusterNode(Node):
             busy = (
                 session.participants
                 or any(not getattr(x, "rawp_cluster", False) for x in session.listeners)
-                or session._inbox
+                or session.queued
                 or getattr(session.lock, "locked", lambda: True)()
                 or session.id in self._stale
                 or session.id in self._mutex
@@ -852,6 +839,5 @@ class ClusterNode(Node):
             if follow.idle_since is None:
                 follow.idle_since = now
             elif now - follow.idle_since >= _UNLOAD_AFTER_S:
-                if session._worker is not None:
-                    session._worker.cancel()  # idle: it waits for frames that cannot come
+                session.cancel_worker()  # idle: it waits for frames that cannot come
                 self.hub.forget(session)
