@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from protocol.frames import Frame, GenericFrame
 
 from .store.base import AppendResult
 
-__all__ = ["Coordinator", "SoleNode"]
+__all__ = ["Coordinator", "Node", "SoleNode"]
 
 S = TypeVar("S", contravariant=True)
 P = TypeVar("P", contravariant=True)
@@ -78,6 +78,27 @@ class Coordinator(Protocol[S, P]):
         ...
 
 
+class Node(Coordinator[S, P], Protocol):
+    """A coordinator as the hub sees it: it also joins and leaves, and follows the sessions
+    this node loads."""
+
+    async def start(self) -> None:
+        """Join the other nodes."""
+        ...
+
+    async def stop(self) -> None:
+        """Leave them."""
+        ...
+
+    async def follow(self, session: S) -> None:
+        """A session was loaded on this node: hear what other nodes commit to it."""
+        ...
+
+    def unfollow(self, session: S) -> None:
+        """A session was forgotten on this node."""
+        ...
+
+
 class SoleNode:
     """This master alone: every multi-node hook is a no-op.
 
@@ -85,7 +106,7 @@ class SoleNode:
     registry, so that its next use loads it again from the log.
     """
 
-    def __init__(self, node_id: str, forget: Callable[[object], None]) -> None:
+    def __init__(self, node_id: str, forget: Callable[[Any], None]) -> None:
         self._id = node_id
         self._forget = forget
 
@@ -93,6 +114,18 @@ class SoleNode:
     def id(self) -> str:
         """This node's id."""
         return self._id
+
+    async def start(self) -> None:
+        """Nothing to join."""
+
+    async def stop(self) -> None:
+        """Nothing to leave."""
+
+    async def follow(self, session: object) -> None:
+        """Nobody else commits."""
+
+    def unfollow(self, session: object) -> None:
+        """Nothing was followed."""
 
     def guard(self, session: object) -> contextlib.AbstractAsyncContextManager[None]:
         """No other node: nothing to hold."""

@@ -30,6 +30,7 @@ from .archive import finish_ending, purge_archives
 from .auth import Authenticator, Principal
 from .cluster import cancel_and_wait, node_for
 from .config import Settings
+from .coordination import Node
 from .fanout import Sink
 from .metrics import Metrics
 from .restart import recover_after_restart
@@ -96,7 +97,8 @@ class Hub:
         self._loading: dict[str, asyncio.Future[Session | None]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._deadline_task: asyncio.Task[None] | None = None
-        self.cluster = node_for(self)  # [multinode] no-op with the memory store
+        # [multinode] a no-op on one node
+        self.cluster: Node[Session, Participant] = node_for(self, store)
         # What every session of this node is handed when it is made.
         self.session_deps = SessionDeps(
             settings=settings,
