@@ -28,7 +28,10 @@ def python_blocks(text: str) -> list[str]:
 @pytest.fixture
 async def master() -> AsyncIterator[Master]:
     """A master on free loopback ports that accepts the test API key."""
-    started = await start_master()
+    # Each block is a fresh Python process: on a loaded machine its start-up can take longer
+    # than the tests' 2 s reattach window, and the session an earlier block's agent left
+    # would expire before the next block reads it.
+    started = await start_master(reattach_window_s=60.0)
     yield started
     await started.stop()
 
