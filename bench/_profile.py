@@ -25,7 +25,7 @@ __all__ = ["AREAS", "markdown_profile", "pyspy_path", "pyspy_record", "summarise
 # Ordered: the first match names the frame's area.
 AREAS: tuple[tuple[str, str], ...] = (
     ("relay/fanout.py", "relay.fanout (outbox, writer)"),
-    ("relay/session.py", "relay.session (worker, commit, deliver)"),
+    ("relay/session/", "relay.session (worker, commit, deliver)"),
     ("relay/ws.py", "relay.ws (reader loop)"),
     ("relay/store/", "relay.store"),
     ("relay/", "relay (other)"),

@@ -268,7 +268,7 @@ def markdown(result: dict[str, Any]) -> str:
         "master ~2 × N deliveries: with N edges dropping every ~10 s that is ~N²/5 "
         "deliveries/s on top of the stream's N × rate. Each session's flush waits as long as "
         "its previous flush took, so what is delivered meanwhile goes out in one write per "
-        "edge instead of one per frame (relay/session.py).",
+        "edge instead of one per frame (relay/session/).",
         "",
     ]
     profiles = {"the master during the churn": r["profile"]} if r.get("profile") else {}

@@ -30,10 +30,11 @@ from .archive import finish_ending, purge_archives
 from .auth import Authenticator, Principal
 from .cluster import cancel_and_wait, node_for
 from .config import Settings
+from .coordination import Node
 from .fanout import Sink
 from .metrics import Metrics
 from .restart import recover_after_restart
-from .session import Participant, Session, rebuild_state
+from .session import Participant, Session, SessionDeps, rebuild_state
 from .store.base import Deadline, SessionHeader, Store
 
 __all__ = ["Hub", "SessionAttached", "new_session_header"]
@@ -96,7 +97,18 @@ class Hub:
         self._loading: dict[str, asyncio.Future[Session | None]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._deadline_task: asyncio.Task[None] | None = None
-        self.cluster = node_for(self)  # [multinode] no-op with the memory store
+        # [multinode] a no-op on one node
+        self.cluster: Node[Session, Participant] = node_for(self, store)
+        # What every session of this node is handed when it is made.
+        self.session_deps = SessionDeps(
+            settings=settings,
+            store=store,
+            metrics=self.metrics,
+            master_sender=self.master_sender,
+            coordinator=self.cluster,
+            new_lock=self.new_session_lock,
+            forget=self.forget,
+        )
 
     # --- plumbing ------------------------------------------------------------------------
 
@@ -106,18 +118,13 @@ class Hub:
 
     def deadline_for(self, session_id: str, participant_id: str) -> Deadline:
         """The reattach-window deadline of a participant that detaches now."""
-        due = int((time.time() + self.settings.reattach_window_s) * 1000)
-        return Deadline(session_id=session_id, participant_id=participant_id, due_ms=due)
+        return self.session_deps.deadline_for(session_id, participant_id)
 
     def spawn(self, coro: Any) -> None:
         """Run a background task owned by the hub (cancelled at shutdown)."""
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    def schedule_reload(self, session: Session) -> None:
-        """The store failed mid-change: forget the session so the next use reloads it."""
-        self.cluster.store_failed(session)  # [multinode] redis: keep it, refold when back
 
     def forget(self, session: Session) -> None:
         """Drop a session from this node's registry (deleted, or to be reloaded)."""
@@ -188,7 +195,7 @@ class Hub:
                 if header is None:
                     future.set_result(None)
                     return None
-            session = Session(self, header, state, head)
+            session = Session(self.session_deps, header, state, head)
             if header.archived:
                 # Read-only (notes §16.1): not registered, no participants, attach 4410;
                 # kept in a small cache, since an archive never changes (only purges).
@@ -301,7 +308,7 @@ class Hub:
                 return False
             if if_idle and session.participants:
                 raise SessionAttached(f"session {session_id} has attached participants")
-            await session._terminate(reason, deleted_by)
+            await session.terminate_locked(reason, deleted_by)
         return True
 
     # --- deadlines -----------------------------------------------------------------------

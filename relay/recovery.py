@@ -3,8 +3,8 @@
 A node that dies (``kill -9``, a lost host, or a clean shutdown that leaves its sessions to
 the others) leaves participant records that say "attached on node N" with no connection
 behind them, and possibly a client turn that will never end. Whichever node claims the dead
-node first (relay/cluster.py), a node attaching to one of its sessions before that, or the
-node itself when it starts again, runs :func:`recover_session` for each session N held:
+node first (relay/cluster/), a node attaching to one of its sessions before that, or the
+node itself when it starts again, runs :func:`recover_locked` for each session N held:
 
 1. N's participants are marked detached, their reattach-window deadlines armed (in the store,
    so any node expires them) and ``session.presence detached`` is logged and broadcast;
@@ -30,50 +30,26 @@ from typing import TYPE_CHECKING
 from protocol.errors import StoreUnavailableError
 from protocol.finalize import finalize
 
-from .session import presence_change
+from .session import Session, presence_change
 
 if TYPE_CHECKING:
     from prometheus_client import Counter
 
-    from .hub import Hub
-    from .session import Session
-
-__all__ = ["recover_locked", "recover_session"]
+__all__ = ["recover_locked"]
 
 
-async def recover_session(
-    hub: Hub,
-    session_id: str,
-    node_id: str,
-    finalized: Counter | None = None,
-    *,
-    fence_epoch: int | None = None,
-) -> bool:
-    """Recover ``session_id`` from ``node_id``'s loss; True when synthetic frames were logged.
+async def recover_locked(session: Session, node_id: str, finalized: Counter | None = None) -> bool:
+    """Recover ``session`` from ``node_id``'s loss; True when synthetic frames were logged.
 
-    With ``node_id`` this node's own id, participants attached here right now are kept: only
+    The caller holds the session lock and its cross-node mutex, caught up with the log (and,
+    for a node declared dead, fenced its lease first: relay/cluster/liveness.py). With
+    ``node_id`` this node's own id, participants attached here right now are kept: only
     records without a connection behind them are recovered (reconciliation after an outage).
-    ``fence_epoch`` (a sweep of a node declared dead): the session first refuses the node's
-    appends under that lease epoch, then the mutex catches up with what it logged before,
-    so nothing the node accepted after the sweep reaches the log (docs/operations.md).
     """
-    session = await hub.open(session_id)
-    if session is None:
-        return False  # deleted meanwhile: nothing to recover
-    if fence_epoch is not None:
-        await hub.cluster.fence(session, node_id, fence_epoch)
-    async with session.lock, hub.cluster.guard(session):
-        return await recover_locked(hub, session, node_id, finalized)
-
-
-async def recover_locked(
-    hub: Hub, session: Session, node_id: str, finalized: Counter | None = None
-) -> bool:
-    """:func:`recover_session` for a caller holding the session lock and mutex, caught up."""
     if session.terminated:
         return False
-    store = hub.store
-    own = node_id == hub.cluster.id
+    store = session.store
+    own = node_id == session.coordinator.id
     keep = set(session.participants) if own else set()
     records = await store.list_participants(session.id)
     now_ms = int(time.time() * 1000)
@@ -90,7 +66,7 @@ async def recover_locked(
                 session.id, record.participant_id
             )
         await store.put_participant(session.id, record)
-        await store.set_deadline(hub.deadline_for(session.id, record.participant_id))
+        await store.set_deadline(session.deps.deadline_for(session.id, record.participant_id))
         changes.append(presence_change(record, "detached"))
     # one coalesced frame for all of them (docs/protocol.md §5 item 11)
     if not await session.log_presence(changes):
@@ -106,7 +82,7 @@ async def recover_locked(
     )
     if not (lost_client or shut_down):
         return False
-    synthetic = finalize(session.state, session_id=session.id, sender=hub.master_sender)
+    synthetic = finalize(session.state, session_id=session.id, sender=session.master_sender)
     if not synthetic:
         return False
     if not await session.append_master(synthetic):

@@ -151,7 +151,7 @@ def _start_response() -> web.StreamResponse:
 
 async def _follow(request: web.Request, stream: _Stream, session: Session) -> None:
     """Write live entries in seq order until the stream is done, ended or its client gone."""
-    hub = session.hub
+    hub = hub_of(request)
     listener = SessionTail()
     session.listeners.add(listener)
     interval = min(15.0, hub.settings.heartbeat_interval_s)
@@ -280,7 +280,7 @@ async def agui_run(request: web.Request) -> web.StreamResponse:
     session = await loaded_session(request, header)  # 404 once purged
     if session.header.archived or session.terminated:
         raise ApiError(409, f"session {session.id} has ended: it is read-only", code="archived")
-    hub = session.hub
+    hub = hub_of(request)
     session_id = session.id
     response = _start_response()
     sse = EventStream(response, principal, request.app[HTTP_METRICS].sse_events, request.transport)

@@ -66,7 +66,7 @@ async def delete_session(request: web.Request) -> web.Response:
         return problem(403, exc.message, code="not_allowed")
     try:
         # [trust] refused on a node declared dead (or that may be) since the request arrived
-        async with fenced_write(hub, session_id):
+        async with fenced_write(hub.cluster, session_id):
             # ``if_idle`` is checked under the session lock, with the delete (seed 001).
             deleted = await hub.delete(
                 session_id,

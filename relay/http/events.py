@@ -93,7 +93,7 @@ class HttpParticipant(Participant):
         ref_message_id: str | None = None,
     ) -> None:
         """Keep the refusal for the HTTP answer instead of sending a ``session.error``."""
-        self.session.hub.metrics.errors.labels(error.code).inc()
+        self.session.metrics.errors.labels(error.code).inc()
         self.errors.append(error)
 
 
@@ -101,20 +101,20 @@ async def submit(
     session: Session, principal: Principal, frame: Frame | GenericFrame, raw: bytes
 ) -> web.Response:
     """Commit ``frame`` as an edge; the API answer for it (201, 200 duplicate, or a problem)."""
-    store = session.hub.store
+    store = session.store
     seq = await store.message_seq(session.id, frame.message_id)
     duplicate = seq is not None
     if seq is None:
         participant = HttpParticipant(session, principal)
-        session.hub.metrics.frames_in.inc()
+        session.metrics.frames_in.inc()
         started = time.perf_counter()
         async with fenced_write(
-            session.hub, session.id
+            session.coordinator, session.id
         ):  # [trust] a paused node's late write is refused
             await session.submit_now(participant, frame, raw)
         if not participant.errors:
             # Arrival to fan-out, as for WebSocket frames (notes §10 relay latency).
-            session.hub.metrics.relay_latency.observe(time.perf_counter() - started)
+            session.metrics.relay_latency.observe(time.perf_counter() - started)
         if participant.errors:
             raise _refusal(session, participant.errors[0])
         seq = await store.message_seq(session.id, frame.message_id)

@@ -22,7 +22,7 @@ from .context import HUB
 from .middleware import ApiError
 
 if TYPE_CHECKING:
-    from ..hub import Hub
+    from ..coordination import Coordinator
 
 __all__ = ["fenced_write", "lease_middleware"]
 
@@ -36,11 +36,12 @@ async def lease_middleware(request: web.Request, handler: Any) -> web.StreamResp
 
 
 @contextlib.asynccontextmanager
-async def fenced_write(hub: Hub, session_id: str) -> AsyncIterator[None]:
-    """Around a REST write to the session; a fenced or unconfirmed lease (or any store
-    failure) answers 503 ``store_unavailable``."""
+async def fenced_write(coordinator: Coordinator[Any, Any], session_id: str) -> AsyncIterator[None]:
+    """Around a REST write to the session (``coordinator``: the hub's node, which every
+    session is handed too); a fenced or unconfirmed lease (or any store failure) answers 503
+    ``store_unavailable``."""
     try:
-        async with hub.cluster.writing(session_id):
+        async with coordinator.writing(session_id):
             yield
     except StoreError as exc:
         raise ApiError(503, str(exc), code="store_unavailable") from None

@@ -236,7 +236,10 @@ async def rename_session(request: web.Request) -> web.Response:
     session = await loaded_session(request, header)
     if session.header.archived:
         raise ApiError(409, f"session {session.id} has ended: it is read-only", code="archived")
-    async with fenced_write(hub, session.id), session.lock:  # [trust] fenced like the append
+    async with (
+        fenced_write(hub.cluster, session.id),
+        session.lock,
+    ):  # [trust] fenced like the append
         if session.terminated:
             raise ApiError(404, f"no session {session.id}", code="not_found")
         previous = session.header.name

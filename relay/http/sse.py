@@ -238,7 +238,7 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
 
 async def _catch_up(stream: EventStream, session: Session, before: int | None = None) -> None:
     """Write every stored entry after ``stream.last`` (and before ``before``)."""
-    store = session.hub.store
+    store = session.store
     first = await store.trimmed_before(session.id)
     if stream.last + 1 < first:
         gap = {"from_seq": stream.last + 1, "to_seq": first - 1, "reason": "trimmed"}

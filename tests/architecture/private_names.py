@@ -76,9 +76,15 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join([*base, *([node.module] if node.module else [])])
 
 
-def find_reaches() -> set[Reach]:
-    """Every reach into another product module's private names."""
-    trees = {p: ast.parse(p.read_text(encoding="utf-8")) for p in _product_files()}
+def find_reaches(sources: dict[Path, str] | None = None) -> set[Reach]:
+    """Every reach into another product module's private names.
+
+    ``sources`` (paths under the repository root to their text) stands in for the product
+    files, so a test can show the checker a reach the product no longer has.
+    """
+    if sources is None:
+        sources = {p: p.read_text(encoding="utf-8") for p in _product_files()}
+    trees = {p: ast.parse(text) for p, text in sources.items()}
     defined = {p: _defined_private_names(t) for p, t in trees.items()}
     owners: dict[str, set[str]] = defaultdict(set)
     for path, names in defined.items():

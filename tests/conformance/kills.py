@@ -30,7 +30,13 @@ import relay.http.sessions
 import relay.hub
 import relay.revocation
 import relay.server
-import relay.session
+import relay.session.attach
+import relay.session.builders
+import relay.session.detach
+import relay.session.history
+import relay.session.pipeline
+import relay.session.roster
+import relay.session.termination
 import relay.store.memory
 import relay.ws
 from protocol.buffers import BoundedBuffer
@@ -61,7 +67,10 @@ from protocol.frames import (
     TurnEnd,
 )
 from protocol.state import Phase, Rule
-from relay.session import Participant, Session
+from relay.session import Participant, Session, builders
+from relay.session.attach import Attacher
+from relay.session.pipeline import CommitPipeline
+from relay.session.roster import Roster
 from relay.store.base import LogEntry
 from tests.conformance.switches import SWITCHES
 
@@ -111,7 +120,10 @@ def _close_code(
 @kill("notes-5/welcome")
 def _resumed_always(mp: pytest.MonkeyPatch) -> None:
     _wrap(
-        mp, Session, "_welcome", lambda orig: lambda self, record, resumed: orig(self, record, True)
+        mp,
+        Attacher,
+        "_welcome",
+        lambda orig: lambda self, record, resumed: orig(self, record, True),
     )
 
 
@@ -152,12 +164,12 @@ def _timeout_4400(mp: pytest.MonkeyPatch) -> None:
 
 @kill("notes-5/4409-client-attached")
 def _second_client(mp: pytest.MonkeyPatch) -> None:
-    mp.setattr(Session, "_attached_client", lambda self: None)
+    mp.setattr(Session, "attached_client", lambda self: None)
 
 
 @kill("notes-5/takeover-4409")
 def _superseded_1000(mp: pytest.MonkeyPatch) -> None:
-    mp.setattr(relay.session, "_SUPERSEDED", 1000)
+    mp.setattr(relay.session.attach, "_SUPERSEDED", 1000)
 
 
 @kill("notes-15.6/takeover-no-finalization")
@@ -166,7 +178,7 @@ def _finalize_on_takeover(mp: pytest.MonkeyPatch) -> None:
         async def attach(self: Session, sink: Any, hello: Any, principal: Any) -> Any:
             current = self.participants.get(hello.payload.participant_id or "")
             if current is not None and current.role == "client":
-                frames = finalize(self.state, session_id=self.id, sender=self.hub.master_sender)
+                frames = finalize(self.state, session_id=self.id, sender=self.master_sender)
                 if frames:
                     await self.append_master(frames)
             return await orig(self, sink, hello, principal)
@@ -201,16 +213,16 @@ def _exact_version_only(mp: pytest.MonkeyPatch) -> None:
 
 @kill("notes-5/presence")
 def _presence_always_attached(mp: pytest.MonkeyPatch) -> None:
-    _wrap(mp, Session, "_announce", lambda orig: lambda self, p, state: orig(self, p, "attached"))
+    _wrap(mp, Roster, "announce", lambda orig: lambda self, p, state: orig(self, p, "attached"))
 
 
 @kill("notes-5/presence-burst")
 def _coalesced_first_only(mp: pytest.MonkeyPatch) -> None:
     # coalesce every change for a long step, then report only the first of each frame
-    mp.setattr(relay.session, "_COALESCE_AUDIENCE", 1)
-    mp.setattr(relay.session, "_MIN_PRESENCE_WAIT", 0.5)
-    mp.setattr(relay.session, "_MAX_PRESENCE_WAIT", 0.5)
-    _wrap(mp, Session, "_presence", lambda orig: lambda self, changes: orig(self, changes[:1]))
+    mp.setattr(relay.session.roster, "_COALESCE_AUDIENCE", 1)
+    mp.setattr(relay.session.roster, "_MIN_PRESENCE_WAIT", 0.5)
+    mp.setattr(relay.session.roster, "_MAX_PRESENCE_WAIT", 0.5)
+    _wrap(mp, builders, "presence", lambda orig: lambda sid, changes: orig(sid, changes[:1]))
 
 
 @kill("notes-2/frame-too-big-1009")
@@ -277,7 +289,7 @@ def _drop_newest_missed(mp: pytest.MonkeyPatch) -> None:
         def kept_bytes(self) -> list[bytes]:
             return super().kept_bytes()[:-1]
 
-    mp.setattr(relay.session, "BoundedBuffer", LosesOne)
+    mp.setattr(relay.session.attach, "BoundedBuffer", LosesOne)
 
 
 def _policy_swap(mp: pytest.MonkeyPatch, source: Policy, target: Policy) -> None:
@@ -292,7 +304,7 @@ def _policy_swap(mp: pytest.MonkeyPatch, source: Policy, target: Policy) -> None
             status = super().status(extra_lost=extra_lost, unknown_loss=unknown_loss)
             return msgspec.structs.replace(status, policy_applied=self.reported)
 
-    mp.setattr(relay.session, "BoundedBuffer", Swapped)
+    mp.setattr(relay.session.attach, "BoundedBuffer", Swapped)
 
 
 @kill("notes-7/ring-exact")
@@ -317,20 +329,20 @@ def _watermark_is_capacity(mp: pytest.MonkeyPatch) -> None:
             status = super().status(extra_lost=extra_lost, unknown_loss=unknown_loss)
             return msgspec.structs.replace(status, buffer_high_watermark=self.capacity_bytes)
 
-    mp.setattr(relay.session, "BoundedBuffer", CapacityWatermark)
+    mp.setattr(relay.session.attach, "BoundedBuffer", CapacityWatermark)
 
 
 @kill("notes-15.5/buffer-grant")
 def _default_grant(mp: pytest.MonkeyPatch) -> None:
-    def grant(self: Session, asked: Any, previous: Any) -> BufferGrant:
-        return BufferGrant(policy="RING", capacity_bytes=self.hub.settings.buffer_capacity)
+    def grant(self: Attacher, asked: Any, previous: Any) -> BufferGrant:
+        return BufferGrant(policy="RING", capacity_bytes=self.core.settings.buffer_capacity)
 
-    mp.setattr(Session, "_grant", grant)
+    mp.setattr(Attacher, "_grant", grant)
 
 
 @kill("notes-15.5/previous-policy-kept")
 def _forget_previous_grant(mp: pytest.MonkeyPatch) -> None:
-    _wrap(mp, Session, "_grant", lambda orig: lambda self, asked, prev: orig(self, asked, None))
+    _wrap(mp, Attacher, "_grant", lambda orig: lambda self, asked, prev: orig(self, asked, None))
 
 
 def _forget_message_ids(mp: pytest.MonkeyPatch) -> None:
@@ -408,7 +420,7 @@ def _no_usage_warning(mp: pytest.MonkeyPatch) -> None:
 
         return fold
 
-    _wrap(mp, relay.session, "fold", make)
+    _wrap(mp, relay.session.pipeline, "fold", make)
 
 
 @kill("notes-6/usage-missing-frame-processed")
@@ -424,7 +436,7 @@ def _refuse_without_usage(mp: pytest.MonkeyPatch) -> None:
 
         return fold
 
-    _wrap(mp, relay.session, "fold", make)
+    _wrap(mp, relay.session.pipeline, "fold", make)
 
 
 @kill("7.5.2/usage-after-turn-end")
@@ -438,7 +450,7 @@ def _usage_always_missing(mp: pytest.MonkeyPatch) -> None:
 
         return fold
 
-    _wrap(mp, relay.session, "fold", make)
+    _wrap(mp, relay.session.pipeline, "fold", make)
 
 
 @kill("7.3.1/usage-with-text-done")
@@ -451,7 +463,7 @@ def _no_usage_in_turn(mp: pytest.MonkeyPatch) -> None:
 
         return fold
 
-    _wrap(mp, relay.session, "fold", make)
+    _wrap(mp, relay.session.pipeline, "fold", make)
 
 
 # --- errors (§7.4.1) --------------------------------------------------------------------------
@@ -485,7 +497,7 @@ def _on_terminate(mp: pytest.MonkeyPatch, reason: str, before: Callable[[Session
 
         return terminate
 
-    _wrap(mp, Session, "_terminate", make)
+    _wrap(mp, Session, "terminate_locked", make)
 
 
 @kill("7.5.3/cleanup-order-delete")
@@ -494,14 +506,14 @@ def _deleted_first_on_delete(mp: pytest.MonkeyPatch) -> None:
     _on_terminate(mp, "master_request", lambda s: flagged.add(id(s)))
 
     def make(orig: Any) -> Any:
-        async def flush(self: Session, pending: list[Any]) -> bool:
-            if id(self) in flagged and pending and isinstance(pending[-1].frame, Deleted):
+        async def flush(self: CommitPipeline, pending: list[Any]) -> bool:
+            if id(self.core) in flagged and pending and isinstance(pending[-1].frame, Deleted):
                 pending = [pending[-1], *pending[:-1]]
             return await orig(self, pending)  # type: ignore[no-any-return]
 
         return flush
 
-    _wrap(mp, Session, "_flush", make)
+    _wrap(mp, CommitPipeline, "flush", make)
 
 
 @kill("7.5.3/cleanup-order-fatal-error")
@@ -527,7 +539,7 @@ def _expiry_as_error(mp: pytest.MonkeyPatch) -> None:
 
         return terminate
 
-    _wrap(mp, Session, "_terminate", make)
+    _wrap(mp, Session, "terminate_locked", make)
 
 
 @kill("7.5.3/no-turn-no-cleanup")
@@ -564,7 +576,7 @@ def _presence_after_deleted(mp: pytest.MonkeyPatch) -> None:
             frames = list(frames)
             if frames and isinstance(frames[-1], Deleted):
                 ghost = PresenceChange(participant_id="p-ghost", role="edge", state="expired")
-                frames.append(self._presence([ghost]))
+                frames.append(builders.presence(self.id, [ghost]))
             return await orig(self, frames, **kwargs)  # type: ignore[no-any-return]
 
         return append_master
@@ -574,7 +586,7 @@ def _presence_after_deleted(mp: pytest.MonkeyPatch) -> None:
 
 @kill("notes-9/close-1000-after-delete")
 def _close_1001(mp: pytest.MonkeyPatch) -> None:
-    mp.setattr(relay.session, "_NORMAL", 1001)
+    mp.setattr(relay.session.termination, "_NORMAL", 1001)
 
 
 @kill("7.7.1/deleted-payload-delete")
@@ -600,7 +612,7 @@ def _request_deleted_by_master(mp: pytest.MonkeyPatch) -> None:
 
         return terminate
 
-    _wrap(mp, Session, "_terminate", make)
+    _wrap(mp, Session, "terminate_locked", make)
 
 
 # --- rename (§7.6.1, notes §15.9) -------------------------------------------------------------
@@ -648,14 +660,15 @@ def _keep_old_name(mp: pytest.MonkeyPatch) -> None:
     class NotARename:
         """Stands in for Renamed so the session never records the new name."""
 
-    mp.setattr(relay.session, "Renamed", NotARename)
+    mp.setattr(relay.session.pipeline, "Renamed", NotARename)
+    mp.setattr(relay.session.history, "Renamed", NotARename)
 
 
 # --- recovery (§7.8, notes §8) ----------------------------------------------------------------
 
 
 def _finalization(mp: pytest.MonkeyPatch, change: Callable[[list[Frame]], list[Frame]]) -> None:
-    _wrap(mp, relay.session, "finalize", lambda orig: lambda *a, **k: change(orig(*a, **k)))
+    _wrap(mp, relay.session.detach, "finalize", lambda orig: lambda *a, **k: change(orig(*a, **k)))
 
 
 def _with_payload(frame: Frame, **changes: Any) -> Frame:
@@ -725,14 +738,14 @@ def _finalize_then_delete(mp: pytest.MonkeyPatch) -> None:
     def make(orig: Any) -> Any:
         async def terminate(self: Session, reason: str, deleted_by: str) -> None:
             if reason == "master_request" and not self.terminated:
-                frames = finalize(self.state, session_id=self.id, sender=self.hub.master_sender)
+                frames = finalize(self.state, session_id=self.id, sender=self.master_sender)
                 if frames:
                     await self.append_master(frames)
             await orig(self, reason, deleted_by)
 
         return terminate
 
-    _wrap(mp, Session, "_terminate", make)
+    _wrap(mp, Session, "terminate_locked", make)
 
 
 @kill("notes-8/edge-drop-no-finalization")
@@ -742,7 +755,7 @@ def _finalize_on_edge_drop(mp: pytest.MonkeyPatch) -> None:
             await orig(self, participant, **kwargs)
             if participant.role == "edge" and not self.terminated:
                 async with self.lock:
-                    frames = finalize(self.state, session_id=self.id, sender=self.hub.master_sender)
+                    frames = finalize(self.state, session_id=self.id, sender=self.master_sender)
                     if frames:
                         await self.append_master(frames)
 
@@ -762,7 +775,7 @@ def _history_plan(
 
         return plan_history
 
-    _wrap(mp, relay.session, "plan_history", make)
+    _wrap(mp, relay.session.history, "plan_history", make)
 
 
 @kill("7.8.3/unfinalization")
@@ -849,7 +862,7 @@ def _tokens_attach_as_client(mp: pytest.MonkeyPatch) -> None:
 @kill("notes-15.3/head-seq")
 def _head_plus_one(mp: pytest.MonkeyPatch) -> None:
     def make(orig: Any) -> Any:
-        def welcome(self: Session, record: Any, resumed: bool) -> Any:
+        def welcome(self: Attacher, record: Any, resumed: bool) -> Any:
             frame = orig(self, record, resumed)
             info = frame.payload.session
             info = msgspec.structs.replace(info, head_seq=info.head_seq + 1)
@@ -858,7 +871,7 @@ def _head_plus_one(mp: pytest.MonkeyPatch) -> None:
 
         return welcome
 
-    _wrap(mp, Session, "_welcome", make)
+    _wrap(mp, Attacher, "_welcome", make)
 
 
 @kill("notes-15.4/backlog-excludes-own-frames")
@@ -872,12 +885,12 @@ def _own_frames_in_backlog(mp: pytest.MonkeyPatch) -> None:
 @kill("notes-5/edge-expiry-presence")
 def _expired_as_detached(mp: pytest.MonkeyPatch) -> None:
     def make(orig: Any) -> Any:
-        def announce(self: Session, participant: Any, state: str) -> Any:
+        def announce(self: Roster, participant: Any, state: str) -> Any:
             return orig(self, participant, "detached" if state == "expired" else state)
 
         return announce
 
-    _wrap(mp, Session, "_announce", make)
+    _wrap(mp, Roster, "announce", make)
 
 
 @kill("notes-5/reattach-within-window")
@@ -896,7 +909,7 @@ def _expire_reattached_client(mp: pytest.MonkeyPatch) -> None:
     async def expire(self: Session, participant_id: str) -> None:
         async with self.lock:
             if not self.terminated and participant_id == self.client_id:
-                await self._terminate("timeout", "system")
+                await self.terminate_locked("timeout", "system")
 
     mp.setattr(Session, "expire", expire)
 
@@ -904,14 +917,14 @@ def _expire_reattached_client(mp: pytest.MonkeyPatch) -> None:
 @kill("notes-7/welcome-received")
 def _no_received(mp: pytest.MonkeyPatch) -> None:
     def make(orig: Any) -> Any:
-        def welcome(self: Session, record: Any, resumed: bool) -> Any:
+        def welcome(self: Attacher, record: Any, resumed: bool) -> Any:
             frame = orig(self, record, resumed)
             payload = msgspec.structs.replace(frame.payload, received=None)
             return msgspec.structs.replace(frame, payload=payload)
 
         return welcome
 
-    _wrap(mp, Session, "_welcome", make)
+    _wrap(mp, Attacher, "_welcome", make)
 
 
 @kill("notes-15.4/no-own-presence")
@@ -985,7 +998,7 @@ def _ack_one_seq_late(mp: pytest.MonkeyPatch) -> None:
     def ack_payload(*, last_seq: int, last_message_id: str) -> AckPayload:
         return AckPayload(last_seq=last_seq + 1, last_message_id=last_message_id)
 
-    mp.setattr(relay.session, "AckPayload", ack_payload)
+    mp.setattr(relay.session.builders, "AckPayload", ack_payload)
 
 
 @kill("notes-16.3/ack-sender-only")

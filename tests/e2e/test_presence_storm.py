@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import relay.session
+import relay.session.roster
 from relay.server import Master
 from tests.e2e.conftest import API_KEY
 from tests.e2e.util import logged, wait_until
@@ -152,7 +152,7 @@ async def test_small_sessions_keep_one_change_per_frame(master: Master) -> None:
         "role": "edge",
         "state": "attached",
     }
-    assert relay.session._COALESCE_AUDIENCE > 2
+    assert relay.session.roster._COALESCE_AUDIENCE > 2
     await edge.close()
     got = await client.recv_type("session.presence")
     assert "changes" not in got["payload"]

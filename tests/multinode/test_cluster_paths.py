@@ -178,7 +178,7 @@ async def test_an_unused_session_is_forgotten_and_loaded_again(
     nodes: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A node forgets (and unsubscribes from) a session nobody there uses; it comes back."""
-    monkeypatch.setattr("relay.cluster._UNLOAD_AFTER_S", 0.3)
+    monkeypatch.setattr("relay.cluster.liveness._UNLOAD_AFTER_S", 0.3)
     a, b = await nodes(2)
     s = sid()
     client = await Peer.open(a.ws_url, s, role="client", token=API_KEY, create=True)

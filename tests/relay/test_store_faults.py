@@ -109,7 +109,7 @@ async def test_a_batch_folded_behind_a_refused_one_is_refused_too(
     delta = await client.send("session.turn.end", end)
     session = master.hub.sessions[sid]
     async with asyncio.timeout(5):
-        while len(session._inflight) < 2:  # folded on top of the turn start, append chained
+        while session.pipeline.in_flight < 2:  # folded on top of the turn start, append chained
             await asyncio.sleep(0.005)
     gate.set()
     errors = [await client.recv(), await client.recv()]

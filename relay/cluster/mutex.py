@@ -1,0 +1,105 @@
+"""The session mutex: one node at a time changes who a session's client is.
+
+Everything that changes who a session's client is, and the finalization that follows from
+it, runs under the session's cross-node mutex (a token key in Redis with a TTL): attach,
+detach, expiry, delete and crash recovery. Each holder first catches up with the log, so
+§7.8.1 finalization is computed on the current state and an already finalized state yields
+no frames: finalization happens exactly once however many nodes notice the loss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import AsyncIterator
+from typing import Final
+
+from protocol.errors import StoreError, StoreUnavailableError
+
+from ..session import Session
+from ..store.base import ParticipantRecord
+from .following import Following
+from .shared import NodeShared, check_cancelled
+
+__all__ = ["SessionMutex"]
+
+_MUTEX_TTL_MS: Final = 3000  # a crashed holder blocks its session at most this long
+_MUTEX_WAIT_S: Final = 4.0  # > the TTL: a waiter always outlasts a dead holder
+
+
+class SessionMutex:
+    """This node's holds on sessions' cross-node mutexes."""
+
+    def __init__(self, shared: NodeShared, following: Following) -> None:
+        self.shared = shared
+        self.following = following
+        self._tokens: dict[str, str] = {}  # session id -> our token (one holder per session)
+
+    def holds(self, session_id: str) -> bool:
+        """Does this node hold the session's mutex now?"""
+        return session_id in self._tokens
+
+    @contextlib.asynccontextmanager
+    async def guard(self, session: Session) -> AsyncIterator[None]:
+        """Hold the session's mutex, caught up with the log (caller holds ``session.lock``)."""
+        await self.enter(session)
+        try:
+            yield
+        finally:
+            await self.release(session)
+
+    async def enter(self, session: Session) -> None:
+        """Take the mutex (waiting out a dead holder's TTL), hold the session, catch up."""
+        shared = self.shared
+        store = shared.store
+        token = secrets.token_hex(8)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _MUTEX_WAIT_S
+        delay = 0.002
+        try:
+            while not await store.lock_session(session.id, token, _MUTEX_TTL_MS):
+                check_cancelled()
+                if loop.time() > deadline:
+                    raise StoreUnavailableError(f"session {session.id}'s mutex stays taken")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.05)
+            self._tokens[session.id] = token
+            # Held before anything is written under the mutex (an expiry, a detach, a
+            # recovery): if we are declared dead meanwhile, the sweep fences this session
+            # too, so a paused node's late write cannot land after it.
+            await shared.hold(session.id)
+            await self.following.sync(session)
+            await self.refresh_client(session)
+        except StoreError as exc:
+            await self.release(session)
+            self.following.store_failed(session)
+            if isinstance(exc, StoreUnavailableError):
+                raise
+            raise StoreUnavailableError(str(exc)) from exc
+
+    async def release(self, session: Session) -> None:
+        """Let go of the mutex; forget our hold on a session we no longer serve."""
+        shared = self.shared
+        token = self._tokens.pop(session.id, None)
+        if token is not None:
+            with contextlib.suppress(StoreError):
+                await shared.store.unlock_session(session.id, token)
+        if (
+            session.id in shared.holding
+            and not session.participants
+            and session.id not in self.following.stale
+            # shutting down, clients are detached without finalization: the sweep of this
+            # node, once retired, must still find the session (§7.8.2)
+            and not shared.host.shutting_down
+        ):
+            await shared.release_held(session.id)
+
+    async def refresh_client(
+        self, session: Session, records: list[ParticipantRecord] | None = None
+    ) -> None:
+        """``session.client_id`` as the store has it (another node may have changed it)."""
+        if records is None:
+            records = await self.shared.store.list_participants(session.id)
+        clients = sorted((r for r in records if r.role == "client"), key=lambda r: not r.attached)
+        session.client_id = clients[0].participant_id if clients else None

@@ -1,0 +1,128 @@
+"""One client per session across nodes, and takeover of a connection held by another node.
+
+A client hello while the session's client is attached on another live node is refused 4409;
+a takeover (same participant id) publishes a fence on the session's channel, and the old
+node closes that connection 4409 and accepts nothing more from it before it answers. A
+record left attached on a dead node that no sweep has reached yet is recovered first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Final
+
+from protocol.errors import ClientAttached, CloseCode, StoreError
+
+from ..recovery import recover_locked
+from ..session import Session
+from ..store.base import LogEntry, ParticipantRecord
+from .following import Following
+from .mutex import SessionMutex
+from .shared import FENCE, FENCED, NodeShared, control
+
+if TYPE_CHECKING:
+    from ..store.redis import Published
+
+__all__ = ["Takeover"]
+
+_FENCE_WAIT_S: Final = 2.0  # how long a takeover waits for the old node's answer
+_FENCE_DRAIN_S: Final = 1.0  # how long a fenced node lets an in-flight batch land
+_SUPERSEDED: Final = CloseCode.SUPERSEDED
+
+
+class Takeover:
+    """The cross-node rules of an attach, and fencing a connection on another node."""
+
+    def __init__(self, shared: NodeShared, following: Following, mutex: SessionMutex) -> None:
+        self.shared = shared
+        self.following = following
+        self.mutex = mutex
+        self._fence_waits: dict[tuple[str, str], asyncio.Future[None]] = {}
+
+    @contextlib.asynccontextmanager
+    async def attaching(
+        self, session: Session, role: str, participant_id: str | None
+    ) -> AsyncIterator[None]:
+        """Hold the mutex around an attach and apply the cross-node rules first."""
+        async with self.mutex.guard(session):
+            if not session.terminated:
+                await self._admit(session, role, participant_id)
+            yield
+
+    async def _admit(self, session: Session, role: str, participant_id: str | None) -> None:
+        shared = self.shared
+        store = shared.store
+        # Held before the record says "attached here": if we die, the sweep finds the session.
+        await shared.hold(session.id, again=True)
+        records = await store.list_participants(session.id)
+        remote = [r for r in records if r.attached and r.node_id != shared.id]
+        if not remote:
+            return
+        ages = await store.node_ages()
+        dead = {r.node_id for r in remote if not shared.alive(ages, r.node_id)}
+        for node in sorted(dead):
+            # Its node died and no sweep reached this session yet: fence it here, catch up
+            # with what it logged before the fence, and recover the session now (once).
+            await store.fence_node(session.id, node, await store.node_epoch(node))
+            await self.following.sync(session)
+            await recover_locked(session, node, shared.metrics.recovered)
+        if dead:
+            records = await store.list_participants(session.id)
+            await self.mutex.refresh_client(session, records)
+        for r in records:
+            if not r.attached or r.node_id == shared.id or r.node_id in dead:
+                continue
+            if r.participant_id == participant_id and r.role == role:
+                await self._fence(session, r)  # a takeover of a connection on another node
+            elif role == "client" and r.role == "client":
+                raise ClientAttached("another client is attached to this session")
+
+    async def _fence(self, session: Session, record: ParticipantRecord) -> None:
+        """Have the node holding ``record``'s connection close it 4409 and wait (bounded)."""
+        key = (session.id, record.participant_id)
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._fence_waits[key] = waiter
+        try:
+            fence = control(
+                FENCE,
+                record.participant_id,
+                to=record.node_id,
+                data=str(record.generation).encode(),
+            )
+            await self.shared.store.publish(session.id, [fence])
+            self.shared.metrics.takeovers.inc()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter, _FENCE_WAIT_S)
+        finally:
+            self._fence_waits.pop(key, None)
+
+    def on_control(self, published: Published, entry: LogEntry) -> None:
+        """A control entry published on a session's channel (a fence, or its answer)."""
+        if entry.exclude != self.shared.id:
+            return  # for another node
+        if entry.type == FENCE:
+            self.shared.host.spawn(self._fenced(published.session_id, published.node_id, entry))
+        elif entry.type == FENCED:
+            waiter = self._fence_waits.get((published.session_id, entry.message_id))
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+
+    async def _fenced(self, session_id: str, requester: str, entry: LogEntry) -> None:
+        """Another node took over one of our connections: close it, accept nothing more."""
+        host = self.shared.host
+        session = host.sessions.get(session_id)
+        participant = session.participants.get(entry.message_id) if session else None
+        generation = int(entry.data or b"0")
+        if session is not None and participant is not None and participant.generation <= generation:
+            session.drop(participant)  # from now on nothing it sent is accepted
+            # Let a batch of its frames already being appended land first, so the new
+            # connection's frames come after it in the log.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_FENCE_DRAIN_S), session.lock:
+                    pass
+            host.spawn(participant.sink.close(_SUPERSEDED, "superseded by a newer connection"))
+        answer = control(FENCED, entry.message_id, to=requester)
+        with contextlib.suppress(StoreError):
+            await self.shared.store.publish(session_id, [answer])

@@ -1,0 +1,195 @@
+"""Attaching a connection: the roles' rules, takeover, welcome, and the backlog (notes §5, §7).
+
+The backlog is the M→participant ``session.history`` of everything after the participant's
+cursor, streamed from the log through its bounded buffer (docs/protocol.md §7).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from protocol import codec
+from protocol.buffers import BoundedBuffer
+from protocol.errors import ClientAttached, CloseCode, Forbidden
+from protocol.frames import BufferGrant, Hello, Welcome
+
+from ..fanout import Sink
+from ..store.base import ParticipantRecord
+from . import builders
+from .core import SessionCore
+from .participant import Participant
+from .roster import Roster
+
+if TYPE_CHECKING:
+    from ..auth import Principal
+
+__all__ = ["Attacher"]
+
+_BACKLOG_PAGE: Final = 256  # log entries read at once while a backlog is built
+_SUPERSEDED: Final = CloseCode.SUPERSEDED
+
+
+def _new_participant_id() -> str:
+    return "p-" + codec.new_message_id()
+
+
+class Attacher:
+    """Attaches connections to one session (caller holds the lock)."""
+
+    def __init__(self, core: SessionCore, roster: Roster) -> None:
+        self.core = core
+        self.roster = roster
+
+    async def attach(self, sink: Sink, hello: Hello, principal: Principal) -> Participant:
+        """Attach a connection (caller holds the lock); queues welcome and backlog."""
+        core = self.core
+        store = core.store
+        settings = core.settings
+        p = hello.payload
+        role: Literal["client", "edge"] = p.role
+        record = None
+        if p.participant_id:
+            record = await store.get_participant(core.id, p.participant_id)
+            if record is not None and record.role != role:
+                record = None
+        current = core.attached_client()
+        if role == "client":
+            if current is not None and (record is None or current.id != record.participant_id):
+                raise ClientAttached("another client is attached to this session")
+            if core.client_id is not None and (
+                record is None or record.participant_id != core.client_id
+            ):
+                await self.roster.expire_record(core.client_id)
+        elif len(core.participants) - (current is not None) >= settings.max_edges_per_session:
+            raise Forbidden("this session has its maximum number of edges attached")
+        resumed = record is not None
+        if record is None:
+            record = ParticipantRecord(participant_id=_new_participant_id(), role=role)
+        previous = core.participants.pop(record.participant_id, None)
+        if previous is not None:
+            # Takeover: fence the older generation; no finalization (notes §15.6).
+            previous.fence()
+            previous.close_soon(_SUPERSEDED, "superseded by a newer connection")
+        record.generation += 1
+        record.attached = True
+        record.node_id = settings.node_id
+        record.detached_at_ms = None
+        record.buffer = self._grant(p.buffer, record.buffer)
+        if resumed:
+            # From the log, not the record: right at once after a takeover on another node.
+            record.last_received_message_id = await store.last_received(
+                core.id, record.participant_id
+            )
+        await store.clear_deadline(core.id, record.participant_id)
+        participant = Participant(
+            core, record, sink, principal, send_queue_bytes=settings.send_queue_bytes
+        )
+        participant.outbox.put(codec.encode(self._welcome(record, resumed)))
+        cursor = p.resume.last_seq if p.resume is not None else None
+        if cursor is None and resumed:
+            cursor = record.cursor
+        if cursor is not None:
+            resume_id = p.resume.last_message_id if p.resume is not None else None
+            participant.outbox.put(await self._backlog(participant, cursor, resume_id))
+            record.cursor = max(min(cursor, core.head), record.cursor if resumed else 0)
+        else:
+            record.cursor = core.head
+        core.participants[record.participant_id] = participant
+        if role == "client":
+            core.client_id = record.participant_id
+        await store.put_participant(core.id, record)
+        if previous is None:
+            await self.roster.announce(record, "attached")
+        participant.outbox.start()
+        return participant
+
+    def _grant(self, asked: Any, previous: BufferGrant | None) -> BufferGrant:
+        """Policy: the hello's, else the previous one, else RING at the server cap (§15.5)."""
+        cap = self.core.settings.buffer_capacity
+        if asked is not None:
+            return BufferGrant(policy=asked.policy, capacity_bytes=min(asked.capacity_bytes, cap))
+        if previous is not None:
+            return BufferGrant(
+                policy=previous.policy, capacity_bytes=min(previous.capacity_bytes, cap)
+            )
+        return BufferGrant(policy="RING", capacity_bytes=cap)
+
+    def _welcome(self, record: ParticipantRecord, resumed: bool) -> Welcome:
+        core = self.core
+        return builders.welcome(
+            core.header, core.state, core.head, record, resumed, core.settings, core.master_sender
+        )
+
+    async def _backlog(
+        self, participant: Participant, cursor: int, resume_id: str | None
+    ) -> bytearray:
+        """The M→participant ``session.history`` for everything after ``cursor`` (notes §7).
+
+        Streamed: the log is read a page at a time into the participant's bounded buffer,
+        and the frame is assembled from the buffer's entries as they are released, so a
+        backlog costs about one copy of what it keeps (docs/protocol.md §7). The frame fits
+        the welcome's ``max_frame_bytes``: what does not fit is lost by the policy's rule.
+        """
+        core = self.core
+        store = core.store
+        grant = participant.record.buffer
+        assert grant is not None
+        head = core.head  # up to our head only: later entries reach the participant live
+        first_kept = await store.trimmed_before(core.id)
+        anchor = (await store.read(core.id, after_seq=cursor - 1, limit=1)) if cursor > 0 else []
+        anchor_entry = anchor[0] if anchor and anchor[0].seq == cursor else None
+        # A cursor past our head, or naming another frame, is from a log we no longer have.
+        foreign = cursor > head or (
+            resume_id is not None
+            and anchor_entry is not None
+            and anchor_entry.message_id != resume_id
+        )
+        trimmed = max(0, first_kept - cursor - 1) if cursor < first_kept else 0
+        buffer: BoundedBuffer[int] = BoundedBuffer(grant.policy, grant.capacity_bytes)
+        after = cursor
+        while after < head:
+            page = await store.read(
+                core.id, after_seq=after, before_seq=head + 1, limit=_BACKLOG_PAGE
+            )
+            if not page:
+                break
+            for entry in page:
+                if entry.delivered_to(participant.id, participant.role):
+                    buffer.push(entry.data, entry.seq)
+            after = page[-1].seq
+        if anchor_entry is not None:
+            last_id = anchor_entry.message_id
+            last_time = codec.decode(anchor_entry.data).timestamp
+        else:
+            last_id = ""
+            last_time = codec.parse_time(core.header.created_at)
+
+        def envelope(dropped: int) -> bytes:
+            status_ = buffer.status(extra_lost=trimmed + dropped, unknown_loss=foreign)
+            return builders.backlog_envelope(
+                core.id, core.master_sender, status_, last_time, last_id
+            )
+
+        kept = deque(buffer.kept_bytes())
+        size = sum(len(data) for data in kept) + max(0, len(kept) - 1)
+        dropped = 0
+        bare = envelope(0)
+        limit = core.settings.max_frame_bytes
+        while kept and len(bare) + size > limit:
+            # RING keeps the newest, DROP the oldest: the other end goes (never a gap)
+            data = kept.popleft() if grant.policy == "RING" else kept.pop()
+            size -= len(data) + (1 if kept else 0)
+            dropped += 1
+            bare = envelope(dropped)
+        buffer.drain()  # from here on ``kept`` holds the only references
+        before, _, rest = bare.partition(b'"frames":[]')
+        out = bytearray(before)
+        out += b'"frames":['
+        while kept:
+            out += kept.popleft()  # each entry released once it is copied
+            if kept:
+                out += b","
+        out += b"]"
+        out += rest
+        return out

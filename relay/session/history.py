@@ -1,0 +1,166 @@
+"""A client's ``session.history`` (§7.1.1, §7.8.3, notes §15.1, §15.10).
+
+The frames a reattaching client buffered while it was away are checked like live ones
+(session, dedupe, the act table), planned against the state (:func:`protocol.finalize.plan_history`
+unfinalizes what the detach finalized) and logged as one entry that carries their own bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from protocol import acts, codec
+from protocol.errors import NotAllowed, ProtocolError, StoreError
+from protocol.finalize import plan_history
+from protocol.frames import (
+    Deleted,
+    Frame,
+    GenericFrame,
+    History,
+    HistoryPayload,
+    Renamed,
+    SessionError,
+)
+
+from ..faults import refusal
+from ..store.base import NewEntry
+from . import builders
+from .core import Hooks, SessionCore
+from .participant import Participant
+from .pipeline import CommitPipeline, Pending, retryable
+
+__all__ = ["ClientHistory"]
+
+
+class ClientHistory:
+    """Accepts a client's history into one session (caller holds the lock)."""
+
+    def __init__(self, core: SessionCore, pipeline: CommitPipeline, hooks: Hooks) -> None:
+        self.core = core
+        self.pipeline = pipeline
+        self.hooks = hooks
+
+    async def accept(self, participant: Participant, frame: History) -> None:
+        """Check, plan, log and deliver ``frame``; then act on what it holds."""
+        core = self.core
+        frames: list[Frame | GenericFrame] = []
+        raw_of: dict[int, bytes] = {}  # the history's own bytes travel untouched
+        for raw in frame.payload.frames:
+            try:
+                inner = codec.decode(raw)
+            except ProtocolError as exc:
+                participant.send_error(exc)
+                continue
+            if inner.session_id != core.id:
+                participant.send_error(
+                    ProtocolError(f"history frame {inner.message_id} names another session"),
+                    ref_message_id=inner.message_id,
+                )
+                continue
+            try:
+                logged = core.seen(inner.message_id) or await core.store.message_seq(
+                    core.id, inner.message_id
+                )
+            except StoreError as exc:
+                # Refused like a failed append: answered, and later frames refused until it
+                # is sent again (never judged against a state the history would have changed).
+                core.metrics.store_errors.inc()
+                if participant.refused_from is None and retryable(exc):
+                    participant.refused_from = frame.message_id
+                participant.send_error(
+                    refusal(exc, frame.message_id), ref_message_id=frame.message_id
+                )
+                return
+            if logged:
+                continue  # already logged live: logged once (notes §7)
+            # [trust] a history's frames are acts like live ones: what the credential may
+            # not do is neither logged nor relayed (every view would fold it, §16.6).
+            act = acts.act_of(
+                inner.type, fatal=isinstance(inner, SessionError) and inner.payload.fatal
+            )
+            try:
+                if act is not None:
+                    acts.require(act, participant.role, participant.principal)
+            except NotAllowed as exc:
+                participant.send_error(
+                    NotAllowed(f"history frame {inner.message_id} refused: {exc.message}")
+                )
+                continue
+            frames.append(inner)
+            raw_of[id(inner)] = bytes(raw)
+        try:
+            plan = plan_history(core.state, frames, frame.payload.buffer_status, participant.role)
+        except ProtocolError as exc:
+            participant.send_error(exc, ref_message_id=frame.message_id)
+            return
+        for refused, error in plan.refused:
+            participant.send_error(
+                type(error)(f"history frame {refused.message_id} refused: {error.message}"),
+                ref_message_id=refused.message_id,
+            )
+        kept = [raw_of[id(f)] for f in plan.accepted]
+        entry_frame = History(
+            message_id=frame.message_id,
+            session_id=core.id,
+            timestamp=frame.timestamp,
+            metadata=frame.metadata,
+            payload=HistoryPayload(
+                frames=[msgspec.Raw(b) for b in kept],
+                buffer_status=frame.payload.buffer_status,
+                last_sync_timestamp=frame.payload.last_sync_timestamp,
+                last_message_id=frame.payload.last_message_id,
+            ),
+        )
+        previous = core.state
+        core.state = plan.state
+        encoded = codec.encode(entry_frame)
+        head, tail = codec.stamp_parts(encoded, entry_frame, participant.sender)
+        entry = NewEntry(
+            message_id=frame.message_id,
+            type="session.history",
+            head=head,
+            tail=tail,
+            sender_id=participant.id,
+            sender_role=participant.role,
+            exclude=participant.id,
+            # welcome.received reports the history's last frame (notes §4); none kept: unchanged
+            received_id=plan.accepted[-1].message_id if plan.accepted else "",
+        )
+        if not await self.pipeline.flush([Pending(participant, entry_frame, entry)]):
+            core.state = previous
+            return
+        for inner in plan.accepted:
+            core.remember(inner.message_id)  # logged inside the history: logged once (§7)
+        if plan.accepted:
+            participant.record.last_received_message_id = plan.accepted[-1].message_id
+        status_ = frame.payload.buffer_status
+        if status_.truncated:
+            # §7.1.1 MUST: tell the users the data is incomplete.
+            core.metrics.truncations.inc()
+            notice = builders.truncation_notice(core.id, status_)
+            await self.hooks.append_master([notice], edges_only=True)
+        await self._act_on(participant, plan.accepted)
+
+    async def _act_on(
+        self, participant: Participant, accepted: Sequence[Frame | GenericFrame]
+    ) -> None:
+        """Frames inside a client's history that do more than fold: renames and endings."""
+        core = self.core
+        for inner in accepted:
+            if isinstance(inner, Renamed):
+                core.header.name = inner.payload.name
+                await core.store.rename_session(core.id, inner.payload.name)
+            elif isinstance(inner, Deleted) and acts.allowed(
+                "request_deletion", participant.role, participant.principal
+            ):
+                await self.hooks.terminate_locked("user_request", participant.role)
+                return
+            elif (
+                isinstance(inner, SessionError)
+                and inner.payload.fatal
+                and acts.allowed("end_with_fatal_error", participant.role, participant.principal)
+            ):
+                await self.hooks.terminate_locked("error", participant.role)
+                return

@@ -1,0 +1,99 @@
+"""Who is in a session: presence announcements (logged now, or coalesced for a large
+audience) and the removal of a participant whose reattach window ran out.
+
+Presence (docs/protocol.md "Presence"): with :data:`_COALESCE_AUDIENCE` local participants or
+more, the presence changes of one delivery step go out as one coalesced frame; below it, one
+frame per change at once (the audience is small: coalescing would only delay it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Final
+
+import structlog
+
+from protocol.errors import StoreUnavailableError
+from protocol.frames import PresenceChange
+
+from ..store.base import ParticipantRecord
+from . import builders
+from .core import Hooks, SessionCore
+
+__all__ = ["Roster"]
+
+log = structlog.get_logger("rawp.session")
+
+_COALESCE_AUDIENCE: Final = 8
+_MIN_PRESENCE_WAIT: Final = 0.0  # seconds: the least ... (one loop step)
+_MAX_PRESENCE_WAIT: Final = 0.05  # ... and the most a presence change waits to coalesce
+
+
+class Roster:
+    """One session's presence log and participant-record bookkeeping."""
+
+    def __init__(self, core: SessionCore, hooks: Hooks) -> None:
+        self.core = core
+        self.hooks = hooks
+        # Presence changes not yet logged, and the task that logs them; the cost of the last
+        # coalesced frame paces the next one.
+        self._due: list[PresenceChange] = []
+        self._task: asyncio.Task[None] | None = None
+        self._cost = 0.0
+
+    async def log_presence(self, changes: list[PresenceChange]) -> bool:
+        """Log ``changes`` now as one frame (caller holds the lock); False if not logged."""
+        if not changes:
+            return True
+        exclude = changes[0].participant_id if len(changes) == 1 else None
+        frame = builders.presence(self.core.id, changes)
+        return await self.hooks.append_master([frame], exclude=exclude)
+
+    async def announce(self, record: ParticipantRecord, state: str) -> None:
+        """A presence change (caller holds the lock): logged now, or coalesced (big audience).
+
+        One change is not sent to the participant it is about (notes §15.4); a coalesced
+        frame goes to every attached participant, who reads its own change as a no-op.
+        """
+        self._due.append(builders.presence_change(record, state))
+        if len(self.core.participants) < _COALESCE_AUDIENCE and self._task is None:
+            await self._log_due()
+        elif self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._coalesce())
+
+    async def _log_due(self) -> None:
+        """Log the presence changes due, in order, as one frame (caller holds the lock)."""
+        due, self._due = self._due, []
+        if due and not self.core.terminated:
+            await self.log_presence(due)
+
+    async def _coalesce(self) -> None:
+        """Wait one delivery step (paced by the last one's cost), then log what is due."""
+        core = self.core
+        try:
+            wait = max(_MIN_PRESENCE_WAIT, min(self._cost * 2, _MAX_PRESENCE_WAIT))
+            await asyncio.sleep(wait)
+            async with core.lock, core.coordinator.guard(core):
+                self._task = None
+                started = time.perf_counter()
+                await self._log_due()
+                self._cost = time.perf_counter() - started
+        except StoreUnavailableError:
+            core.coordinator.store_failed(core)
+        except Exception:
+            log.exception("presence_failed", session_id=core.id)
+        finally:
+            if self._task is asyncio.current_task():
+                self._task = None
+
+    async def expire_record(self, participant_id: str) -> None:
+        """Remove a detached participant's record and deadline, and announce it expired."""
+        core = self.core
+        record = await core.store.get_participant(core.id, participant_id)
+        await core.store.remove_participant(core.id, participant_id)
+        await core.store.clear_deadline(core.id, participant_id)
+        if participant_id == core.client_id:
+            core.client_id = None
+        if record is not None:
+            await self.announce(record, "expired")

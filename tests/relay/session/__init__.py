@@ -1,0 +1,1 @@
+"""Tests of one session and its parts (relay/session/)."""
