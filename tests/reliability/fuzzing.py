@@ -27,7 +27,7 @@ import json
 import random
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -562,6 +562,27 @@ class InProcessFuzzer:
             await asyncio.sleep(0)
         await asyncio.sleep(0.001)
 
+    async def _quiesce(self, session_id: str, conns: Sequence[FakeConnection]) -> None:
+        """Until nothing is on its way into the session's state or log: every input taken,
+        the inbox empty, no append in flight, the log's head the session's — a few loop
+        rounds in a row. A fixed number of rounds is not enough on a loaded machine, and the
+        state may only be compared with a replay of the log once they agree (the pipeline
+        folds a batch before its append lands)."""
+        steady = 0
+        async with asyncio.timeout(10):
+            while steady < 3:
+                await self._settle()
+                session = self.hub.sessions.get(session_id)
+                if session is None or session.terminated:
+                    return
+                idle = (
+                    all(c.inbox.empty() for c in conns)
+                    and not session.pipeline.queued
+                    and not session.pipeline.in_flight
+                    and await self.hub.store.head_seq(session_id) == session.head
+                )
+                steady = steady + 1 if idle else 0
+
     async def feed(self, inputs: list[bytes]) -> FuzzStats:
         """Feed exactly these inputs (one session) and check; for Hypothesis examples."""
         with structlog.testing.capture_logs() as logs:
@@ -604,7 +625,7 @@ class InProcessFuzzer:
             conn.inbox.put_nowait(message)
             if i % 64 == 63:
                 await self._settle(1)
-        await self._settle()
+        await self._quiesce(sid, conns)
         stats.inputs += sum(max(0, c.read - 1) for c in conns)
         session = self.hub.sessions.get(sid)
         if session is not None and not session.terminated:
