@@ -22,9 +22,9 @@ from ..store.base import ParticipantRecord
 from .following import Following
 from .shared import NodeShared, check_cancelled
 
-__all__ = ["SessionMutex"]
+__all__ = ["MUTEX_TTL_MS", "SessionMutex"]
 
-_MUTEX_TTL_MS: Final = 3000  # a crashed holder blocks its session at most this long
+MUTEX_TTL_MS: Final = 3000  # a crashed holder blocks its session at most this long
 _MUTEX_WAIT_S: Final = 4.0  # > the TTL: a waiter always outlasts a dead holder
 
 
@@ -58,7 +58,7 @@ class SessionMutex:
         deadline = loop.time() + _MUTEX_WAIT_S
         delay = 0.002
         try:
-            while not await store.lock_session(session.id, token, _MUTEX_TTL_MS):
+            while not await store.lock_session(session.id, token, MUTEX_TTL_MS):
                 check_cancelled()
                 if loop.time() > deadline:
                     raise StoreUnavailableError(f"session {session.id}'s mutex stays taken")

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-import relay.cluster
+import relay.cluster.mutex
 from relay.fanout import Outbox
 from relay.server import Master
 from relay.store.redis import RedisStore
@@ -159,7 +159,7 @@ async def test_a_delete_waiting_on_a_slow_consumer_keeps_its_mutex(
     end: another node cannot take it meanwhile, and can right after the delete."""
     with contextlib.closing(redis_server.client()) as c:
         c.flushall()
-    monkeypatch.setattr(relay.cluster, "_MUTEX_TTL_MS", _TTL_MS)
+    monkeypatch.setattr(relay.cluster.mutex, "MUTEX_TTL_MS", _TTL_MS)
     drain = Outbox.drain
     slow, draining = asyncio.Event(), asyncio.Event()
 

@@ -4,7 +4,7 @@ One module per job, each importing only those below it:
 
 ==================  ========================================================================
 ``store.py``        :class:`RedisStore`: sessions, log reads, participants, deadlines,
-                    credentials; the facade relay/cluster.py and the hub use
+                    credentials; the facade relay/cluster/ and the hub use
 ``appender.py``     the append queue: group commit, the writer's batch numbers, exactly-once
                     retries, the fencing answer
 ``coordination.py`` node heartbeats, sweeps and lease epochs, held sets, the session mutex

@@ -1,4 +1,4 @@
-"""Multi-node coordination on Redis (relay/cluster.py uses it through RedisStore).
+"""Multi-node coordination on Redis (relay/cluster/ uses it through RedisStore).
 
 * **Node liveness.** Each node heartbeats into ``rawp:{~nodes}:live`` on Redis's clock (node
   clocks never matter); a node silent too long is dead, and exactly one caller claims the job

@@ -2,7 +2,7 @@
 
 The append script publishes each batch on the session's channel ``rawp:{S}:pub`` as msgpack
 ``[node_id, [LogEntry, ...]]``. Entries published with ``seq`` 0 are control messages between
-nodes (relay/cluster.py), never log entries: a log's seqs start at 1.
+nodes (relay/cluster/), never log entries: a log's seqs start at 1.
 """
 
 from __future__ import annotations

@@ -481,7 +481,7 @@ class RedisStore(Store):
             raw = await self._client.get(credential_key(digest))
         return None if raw is None else credential_dec.decode(raw)
 
-    # --- nodes and session mutexes (multi-node coordination: relay/cluster.py) ------------
+    # --- nodes and session mutexes (multi-node coordination: relay/cluster/) ------------
 
     async def node_heartbeat(self, node_id: str, *, new_epoch: bool = False) -> bool:
         """Record that ``node_id`` is alive; False when it had been claimed as dead.
