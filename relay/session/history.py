@@ -15,7 +15,6 @@ from protocol import acts, codec
 from protocol.errors import NotAllowed, ProtocolError, StoreError
 from protocol.finalize import plan_history
 from protocol.frames import (
-    Deleted,
     Frame,
     GenericFrame,
     History,
@@ -23,13 +22,13 @@ from protocol.frames import (
     Renamed,
     SessionError,
 )
+from protocol.state import Effect, effect_of
 
-from ..faults import refusal
 from ..store.base import NewEntry
 from . import builders
 from .core import Hooks, SessionCore
 from .participant import Participant
-from .pipeline import CommitPipeline, Pending, retryable
+from .pipeline import CommitPipeline, Pending
 
 __all__ = ["ClientHistory"]
 
@@ -67,11 +66,7 @@ class ClientHistory:
                 # Refused like a failed append: answered, and later frames refused until it
                 # is sent again (never judged against a state the history would have changed).
                 core.metrics.store_errors.inc()
-                if participant.refused_from is None and retryable(exc):
-                    participant.refused_from = frame.message_id
-                participant.send_error(
-                    refusal(exc, frame.message_id), ref_message_id=frame.message_id
-                )
+                self.pipeline.refuse(participant, frame.message_id, exc)
                 return
             if logged:
                 continue  # already logged live: logged once (notes §7)
@@ -146,21 +141,21 @@ class ClientHistory:
     async def _act_on(
         self, participant: Participant, accepted: Sequence[Frame | GenericFrame]
     ) -> None:
-        """Frames inside a client's history that do more than fold: renames and endings."""
+        """Frames inside a client's history that do more than fold: the effects the state table
+        names for them (renames and endings), where the credential may do them."""
         core = self.core
         for inner in accepted:
-            if isinstance(inner, Renamed):
+            effect = effect_of(inner, participant.role)
+            if effect is Effect.RENAME and isinstance(inner, Renamed):
                 core.header.name = inner.payload.name
                 await core.store.rename_session(core.id, inner.payload.name)
-            elif isinstance(inner, Deleted) and acts.allowed(
+            elif effect is Effect.END_REQUESTED and acts.allowed(
                 "request_deletion", participant.role, participant.principal
             ):
                 await self.hooks.terminate_locked("user_request", participant.role)
                 return
-            elif (
-                isinstance(inner, SessionError)
-                and inner.payload.fatal
-                and acts.allowed("end_with_fatal_error", participant.role, participant.principal)
+            elif effect is Effect.END_WITH_ERROR and acts.allowed(
+                "end_with_fatal_error", participant.role, participant.principal
             ):
                 await self.hooks.terminate_locked("error", participant.role)
                 return

@@ -44,7 +44,7 @@ from ..store.base import AppendResult, LogEntry, NewEntry
 from .core import Hooks, SessionCore
 from .participant import Participant
 
-__all__ = ["CommitPipeline", "Pending", "rebuild_state", "retryable"]
+__all__ = ["CommitPipeline", "Pending", "rebuild_state"]
 
 log = structlog.get_logger("rawp.session")
 
@@ -92,7 +92,7 @@ class _InFlight:
     started: float
 
 
-def retryable(cause: BaseException) -> bool:
+def _retryable(cause: BaseException) -> bool:
     """A refusal the sender may retry (``store_unavailable``): its re-send must be in order.
 
     Not a newer format (``version_unsupported``) nor a session the store no longer has
@@ -424,11 +424,16 @@ class CommitPipeline:
     def _refuse(self, pending: list[Pending], cause: BaseException) -> None:
         for p in pending:
             if p.participant is not None:
-                if p.participant.refused_from is None and retryable(cause):
-                    p.participant.refused_from = p.frame.message_id
-                p.participant.send_error(
-                    refusal(cause, p.frame.message_id), ref_message_id=p.frame.message_id
-                )
+                self.refuse(p.participant, p.frame.message_id, cause)
+
+    @staticmethod
+    def refuse(participant: Participant, message_id: str, cause: BaseException) -> None:
+        """Answer a frame the store could not take (``cause``) with its ``session.error``; a
+        retryable refusal also refuses the participant's later frames until this one is sent
+        again, so a re-send is logged in production order (notes §12)."""
+        if participant.refused_from is None and _retryable(cause):
+            participant.refused_from = message_id
+        participant.send_error(refusal(cause, message_id), ref_message_id=message_id)
 
     async def rebuild(self) -> None:
         """Refold the state from the log (after a refused or partly duplicate batch, or on
