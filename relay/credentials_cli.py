@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from protocol.errors import StoreError
 
 from .auth import GRANTS, Authenticator, digest, new_api_key
-from .store.base import Store, StoreOpenError
+from .store.base import Store
 
 T = TypeVar("T")
 
@@ -81,7 +81,7 @@ def _with_store(args: argparse.Namespace, action: Callable[[Store], Awaitable[T]
     Redis, an unknown URL — ends the command with one line and the exit status ``rawp
     serve`` would give (docs/operations.md), not a traceback.
     """
-    from .startup import StartupError, store_refused, store_unknown, store_unreachable
+    from .startup import StartupError, store_start_failed, store_unknown
     from .store import open_store
 
     async def run() -> T:
@@ -91,10 +91,8 @@ def _with_store(args: argparse.Namespace, action: Callable[[Store], Awaitable[T]
             raise store_unknown(exc) from exc
         try:
             await store.start()
-        except StoreOpenError as exc:
-            raise store_refused(exc) from exc
         except (StoreError, OSError) as exc:
-            raise store_unreachable(args.store, exc) from exc
+            raise store_start_failed(args.store, exc) from exc
         try:
             return await action(store)
         finally:

@@ -26,9 +26,9 @@ from .config import Settings
 from .http import create_app
 from .http.hardening import HardenedRunner
 from .hub import Hub
-from .startup import listen_error, store_refused, store_unreachable, tls_error
+from .startup import listen_error, store_start_failed, tls_error
 from .store import open_store
-from .store.base import Store, StoreOpenError
+from .store.base import Store
 from .ws import WebSocketEndpoint
 
 __all__ = ["Master"]
@@ -92,10 +92,8 @@ class Master:
         tls = self._tls()  # before anything opens: a missing file starts nothing
         try:
             await self.hub.start()
-        except StoreOpenError as exc:  # reached, but its file is not ours to use
-            raise store_refused(exc) from exc
-        except (StoreError, OSError) as exc:
-            raise store_unreachable(self.settings.store, exc) from exc
+        except (StoreError, OSError) as exc:  # not ours to use (7), or no answer (4)
+            raise store_start_failed(self.settings.store, exc) from exc
         app = create_app(self.hub, ws_url=lambda: self.ws_url)  # [http-api] dashboard's ws URL
         # [trust] header deadline, problem+json for aiohttp's own errors (relay/http/hardening)
         runner = HardenedRunner(

@@ -27,6 +27,8 @@ import ssl
 import urllib.parse
 from typing import Final
 
+from .store.base import StoreOpenError
+
 __all__ = [
     "EXIT_BAD_SETTING",
     "EXIT_CANNOT_LISTEN",
@@ -37,6 +39,7 @@ __all__ = [
     "StartupError",
     "listen_error",
     "store_refused",
+    "store_start_failed",
     "store_unknown",
     "store_unreachable",
     "tls_error",
@@ -100,6 +103,14 @@ def store_unreachable(url: str, exc: BaseException) -> StartupError:
 def store_refused(exc: BaseException) -> StartupError:
     """The store opened its file and refused it; its message names the file (notes §16.2)."""
     return StartupError(str(exc), EXIT_STORE_REFUSED)
+
+
+def store_start_failed(url: str, exc: BaseException) -> StartupError:
+    """A store at ``url`` that did not start: its file is not ours to use (refused, exit 7),
+    or it did not answer (unreachable, exit 4). ``rawp serve`` and ``rawp keys`` both."""
+    if isinstance(exc, StoreOpenError):
+        return store_refused(exc)
+    return store_unreachable(url, exc)
 
 
 def store_unknown(exc: ValueError) -> StartupError:
