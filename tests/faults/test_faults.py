@@ -9,15 +9,12 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import AsyncIterator
 
 import pytest
-import pytest_asyncio
 
 from bench._workload import hello
 from bench._wsraw import open_raw
 from tests.faults.harness import API_KEY, FAULTS, FaultCluster, _history, _script, run_trial
-from tests.support.redis_server import redis_server_binary
 
 __all__: list[str] = []
 
@@ -27,19 +24,6 @@ pytestmark = [
     pytest.mark.timeout(120),
     pytest.mark.asyncio(loop_scope="module"),
 ]
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[FaultCluster]:
-    """Two nodes and a redis-server of this module's own, proxies between them."""
-    if redis_server_binary() is None:
-        pytest.skip("redis-server is not on PATH")
-    started = FaultCluster(tmp_path_factory.mktemp("faults"))
-    try:
-        await started.start()
-        yield started
-    finally:
-        await started.stop()
 
 
 @pytest.mark.parametrize("fault", FAULTS)

@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
-import pytest_asyncio
 
 from protocol import codec
 from tests.faults.harness import API_KEY, FaultCluster, Node
-from tests.support.redis_server import redis_server_binary
 
 __all__: list[str] = []
 
@@ -29,19 +26,6 @@ pytestmark = [
     pytest.mark.timeout(120),
     pytest.mark.asyncio(loop_scope="module"),
 ]
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[FaultCluster]:
-    """Two nodes and a redis-server of this module's own."""
-    if redis_server_binary() is None:
-        pytest.skip("redis-server is not on PATH")
-    started = FaultCluster(tmp_path_factory.mktemp("rest-fencing"))
-    try:
-        await started.start()
-        yield started
-    finally:
-        await started.stop()
 
 
 async def _http(node: Node, method: str, path: str, body: Any = None) -> tuple[int, Any]:
