@@ -45,6 +45,7 @@ from .frames import (
     EdgeFrame,
     Frame,
     GenericFrame,
+    History,
     MasterFrame,
     SenderRole,
 )
@@ -174,6 +175,7 @@ class Effect(enum.Enum):
     END_WITH_ERROR = "end_with_error"  # session.error {fatal: true}: end it (error)
     ENDED = "ended"  # the master's session.deleted: the session is over, nothing follows
     PRESENCE = "presence"  # session.presence: who is attached changed (the client, for one)
+    HISTORY = "history"  # session.history: its frames' own effects, in order (§7.8.3)
 
 
 EffectOf: TypeAlias = Callable[[Frame, SenderRole], Effect]
@@ -552,10 +554,12 @@ def check(
 
 def effect_of(frame: Frame | GenericFrame, role: SenderRole) -> Effect:
     """The :class:`Effect` the table names for ``frame`` from ``role`` (a frame of any phase:
-    effects do not depend on it). Unknown types, connection frames and histories have none
-    of their own (a history's frames have theirs)."""
+    effects do not depend on it). Unknown types and connection frames have none; a history is
+    :attr:`Effect.HISTORY`: what it does is what its frames do (each has its own effect)."""
     if isinstance(frame, GenericFrame):
         return Effect.NONE
+    if isinstance(frame, History):
+        return Effect.HISTORY
     rule = _ANYTIME.get(frame.type)
     return Effect.NONE if rule is None else rule.effect(frame, role)
 

@@ -808,9 +808,9 @@ def test_every_rule_of_the_table_names_an_effect_of_its_own_type() -> None:
         assert rule.effect(S.sample(tag), "edge") is effect_of(S.sample(tag), "edge"), (phase, tag)
 
 
-def test_histories_and_unknown_types_have_no_effect_of_their_own() -> None:
-    """A history's effect is its frames'; an ignorable unknown type does nothing."""
-    assert effect_of(S.history([S.renamed("n", "client")]), "client") is Effect.NONE
+def test_a_history_is_named_history_and_unknown_types_have_no_effect() -> None:
+    """A history's effect is HISTORY (its frames'); an ignorable unknown type does nothing."""
+    assert effect_of(S.history([S.renamed("n", "client")]), "client") is Effect.HISTORY
     unknown = codec.decode(
         b'{"type":"x.custom","message_id":"m","session_id":"s-test",'
         b'"timestamp":"2026-11-29T09:00:00Z","metadata":{"ignorable":true},"payload":{}}'
