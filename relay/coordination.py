@@ -77,6 +77,10 @@ class Coordinator(Protocol[S, P]):
         """The store failed mid-change: reload (one node) or refold (several) the session."""
         ...
 
+    def ended_elsewhere(self, session: S) -> None:
+        """Another node logged the session's end: accept nothing more, close ours here."""
+        ...
+
     def writing(self, session_id: str) -> contextlib.AbstractAsyncContextManager[None]:
         """Around a write outside a connection (REST): fenced like the node's connections."""
         ...
@@ -180,3 +184,6 @@ class SoleNode:
     def store_failed(self, session: object) -> None:
         """Forget the session: its next use reloads it."""
         self._forget(session)
+
+    def ended_elsewhere(self, session: object) -> None:
+        """There is no elsewhere: every end of a session is this node's own."""

@@ -2,11 +2,13 @@
 
 Every append batch is published on the session's channel by the Lua script that commits it,
 so a frame accepted on node A reaches edges on node B. The follower applies foreign entries
-in seq order under the session lock (:meth:`relay.session.Session.receive`: folded and
-delivered to this node's participants). A seq gap (a lost message, or a resubscription after
-an outage) is filled from the log. Batches this node published itself are ignored: they were
-delivered when they were committed. A session whose store write failed is *stale*: it is
-refolded from the log before anything is judged against it again.
+in seq order under the session lock (:meth:`relay.session.Session.receive`: folded,
+delivered to this node's participants, and its effects applied as a node that does not own
+it: the header's name, the attached client, the end of the session). A seq gap (a lost
+message, or a resubscription after an outage) is filled from the log. Batches this node
+published itself are ignored: they were delivered when they were committed. A session whose
+store write failed is *stale*: it is refolded from the log before anything is judged against
+it again.
 """
 
 from __future__ import annotations
@@ -15,13 +17,11 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 
-from protocol import codec
-from protocol.errors import ProtocolError, StoreError, StoreUnavailableError
-from protocol.frames import Presence, Renamed
+from protocol.errors import StoreError, StoreUnavailableError
 
 from ..session import Session
 from ..store.base import AppendResult, LogEntry
@@ -43,7 +43,6 @@ class Follow:
     batches: list[Published] = field(default_factory=list)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
-    observer: Any = None
     idle_since: float | None = None
 
 
@@ -79,9 +78,8 @@ class Following:
         """Subscribe to a session being loaded, then catch up with what its load missed."""
         if self._sub is None:
             return
-        follow = Follow(session, observer=self._observer(session))
+        follow = Follow(session)
         self.follows[session.id] = follow
-        session.listeners.add(follow.observer)
         follow.task = asyncio.get_running_loop().create_task(self._follow(follow))
         try:
             async with self._sub_lock:
@@ -107,7 +105,6 @@ class Following:
         if follow is None or follow.session is not session:
             return False
         del self.follows[session.id]
-        session.listeners.discard(follow.observer)
         self.stale.discard(session.id)
         self.shared.metrics.stale.set(len(self.stale))
         if follow.task is not None:
@@ -182,7 +179,7 @@ class Following:
             if entry.seq > session.head + 1:
                 self.shared.metrics.gap_fills.inc()
                 await self.sync(session, before=entry.seq)
-            self._apply(session, entry)
+            await self._apply(session, entry)
 
     async def sync(self, session: Session, before: int | None = None) -> None:
         """Catch up with the log (caller holds the lock): fold and deliver what we lack."""
@@ -197,12 +194,12 @@ class Following:
             return
         store = self.shared.store
         for entry in await store.read(session.id, after_seq=session.head, before_seq=before):
-            self._apply(session, entry)
+            await self._apply(session, entry)
 
-    def _apply(self, session: Session, entry: LogEntry) -> None:
+    async def _apply(self, session: Session, entry: LogEntry) -> None:
         if entry.seq <= session.head:
             return
-        session.receive(entry)
+        await session.receive(entry)
         self.shared.metrics.foreign.inc()
 
     async def before_delivery(self, session: Session, results: Sequence[AppendResult]) -> bool:
@@ -220,7 +217,7 @@ class Following:
             self.store_failed(session)
             return True
         for entry in entries:
-            session.committed(entry, None)  # not folded: the caller refolds from the log
+            await session.receive(entry, fold=False)  # the caller refolds from the log
             metrics.foreign.inc()
         return True
 
@@ -234,37 +231,9 @@ class Following:
         shared.reconcile = True
         shared.metrics.stale.set(len(self.stale))
 
-    # --- what is not in the state -----------------------------------------------------------
+    # --- the end of a session on another node --------------------------------------------
 
-    def _observer(self, session: Session) -> Any:
-        """A listener that keeps what is not in the state in step with any node's entries."""
-
-        def observe(entry: LogEntry) -> None:
-            kind = entry.type
-            if kind == "session.deleted":
-                if entry.sender_role == "master" and entry.sender_id != self.shared.id:
-                    self._deleted_elsewhere(session)
-            elif kind in ("session.presence", "session.renamed"):
-                try:
-                    frame = codec.decode(entry.data)
-                except ProtocolError:
-                    return
-                if isinstance(frame, Presence):
-                    for change in frame.payload.all_changes():  # coalesced: several
-                        if change.role != "client":
-                            continue
-                        pid = change.participant_id
-                        if change.state == "attached":
-                            session.client_id = pid
-                        elif change.state == "expired" and session.client_id == pid:
-                            session.client_id = None
-                elif isinstance(frame, Renamed):
-                    session.header.name = frame.payload.name
-
-        observe.rawp_cluster = True  # type: ignore[attr-defined]  # not an SSE listener
-        return observe
-
-    def _deleted_elsewhere(self, session: Session) -> None:
+    def ended_elsewhere(self, session: Session) -> None:
         """Another node terminated the session: accept nothing more, then close ours 1000."""
         if session.terminated:
             return

@@ -216,7 +216,7 @@ class Liveness:
             session = follow.session
             busy = (
                 session.participants
-                or any(not getattr(x, "rawp_cluster", False) for x in session.listeners)
+                or session.listeners  # an SSE or AG-UI watcher
                 or session.queued
                 or getattr(session.lock, "locked", lambda: True)()
                 or session.id in self.following.stale

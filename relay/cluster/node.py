@@ -164,3 +164,7 @@ class ClusterNode:
     def store_failed(self, session: Session) -> None:
         """Keep the session (and its connections); refold it once the store answers."""
         self.following.store_failed(session)
+
+    def ended_elsewhere(self, session: Session) -> None:
+        """Another node deleted the session: accept nothing more, then close ours 1000."""
+        self.following.ended_elsewhere(session)

@@ -3,29 +3,21 @@
 The frames a reattaching client buffered while it was away are checked like live ones
 (session, dedupe, the act table), planned against the state (:func:`protocol.finalize.plan_history`
 unfinalizes what the detach finalized) and logged as one entry that carries their own bytes.
+What they do once logged (renames, endings, the truncation notice) is the history's effect,
+applied with every committed entry's (:mod:`.effects`).
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import msgspec
 
 from protocol import acts, codec
 from protocol.errors import NotAllowed, ProtocolError, StoreError
 from protocol.finalize import plan_history
-from protocol.frames import (
-    Frame,
-    GenericFrame,
-    History,
-    HistoryPayload,
-    Renamed,
-    SessionError,
-)
+from protocol.frames import Frame, GenericFrame, History, HistoryPayload
 from protocol.state import Effect, effect_of
 
 from ..store.base import NewEntry
-from . import builders
 from .core import Hooks, SessionCore
 from .participant import Participant
 from .pipeline import CommitPipeline, Pending
@@ -42,7 +34,7 @@ class ClientHistory:
         self.hooks = hooks
 
     async def accept(self, participant: Participant, frame: History) -> None:
-        """Check, plan, log and deliver ``frame``; then act on what it holds."""
+        """Check, plan, log and deliver ``frame``; its effects follow its delivery."""
         core = self.core
         frames: list[Frame | GenericFrame] = []
         raw_of: dict[int, bytes] = {}  # the history's own bytes travel untouched
@@ -73,7 +65,7 @@ class ClientHistory:
             # [trust] a history's frames are acts like live ones: what the credential may
             # not do is neither logged nor relayed (every view would fold it, §16.6).
             act = acts.act_of(
-                inner.type, fatal=isinstance(inner, SessionError) and inner.payload.fatal
+                inner.type, fatal=effect_of(inner, participant.role) is Effect.END_WITH_ERROR
             )
             try:
                 if act is not None:
@@ -125,37 +117,3 @@ class ClientHistory:
         )
         if not await self.pipeline.flush([Pending(participant, entry_frame, entry)]):
             core.state = previous
-            return
-        for inner in plan.accepted:
-            core.remember(inner.message_id)  # logged inside the history: logged once (§7)
-        if plan.accepted:
-            participant.record.last_received_message_id = plan.accepted[-1].message_id
-        status_ = frame.payload.buffer_status
-        if status_.truncated:
-            # §7.1.1 MUST: tell the users the data is incomplete.
-            core.metrics.truncations.inc()
-            notice = builders.truncation_notice(core.id, status_)
-            await self.hooks.append_master([notice], edges_only=True)
-        await self._act_on(participant, plan.accepted)
-
-    async def _act_on(
-        self, participant: Participant, accepted: Sequence[Frame | GenericFrame]
-    ) -> None:
-        """Frames inside a client's history that do more than fold: the effects the state table
-        names for them (renames and endings), where the credential may do them."""
-        core = self.core
-        for inner in accepted:
-            effect = effect_of(inner, participant.role)
-            if effect is Effect.RENAME and isinstance(inner, Renamed):
-                core.header.name = inner.payload.name
-                await core.store.rename_session(core.id, inner.payload.name)
-            elif effect is Effect.END_REQUESTED and acts.allowed(
-                "request_deletion", participant.role, participant.principal
-            ):
-                await self.hooks.terminate_locked("user_request", participant.role)
-                return
-            elif effect is Effect.END_WITH_ERROR and acts.allowed(
-                "end_with_fatal_error", participant.role, participant.principal
-            ):
-                await self.hooks.terminate_locked("error", participant.role)
-                return

@@ -36,12 +36,13 @@ from protocol.errors import (
     StoreUnavailableError,
 )
 from protocol.finalize import fold, replay
-from protocol.frames import Deleted, Frame, GenericFrame, History, Renamed, SessionError
-from protocol.state import SenderRole, SessionState, check
+from protocol.frames import Frame, GenericFrame, History
+from protocol.state import Effect, SenderRole, SessionState, check, effect_of
 
 from ..faults import refusal
 from ..store.base import AppendResult, LogEntry, NewEntry
 from .core import Hooks, SessionCore
+from .effects import Effects
 from .participant import Participant
 
 __all__ = ["CommitPipeline", "Pending", "rebuild_state"]
@@ -55,6 +56,9 @@ _BATCH: Final = 512
 _DEPTH: Final = 4
 _BATCHES_PER_HOLD: Final = 16  # then the lock is released, so attaches are not starved
 _FIRST: Final = asyncio.FIRST_COMPLETED
+# Effects that end the session: the frame is the last of its batch, and nothing after it in
+# the inbox is judged (the session is over once its effect is applied).
+_ENDINGS: Final = frozenset({Effect.END_REQUESTED, Effect.END_WITH_ERROR})
 
 Queued = tuple[Participant, Frame | GenericFrame, bytes]
 
@@ -105,9 +109,10 @@ def _retryable(cause: BaseException) -> bool:
 class CommitPipeline:
     """One session's inbox, worker and append pipeline."""
 
-    def __init__(self, core: SessionCore, hooks: Hooks) -> None:
+    def __init__(self, core: SessionCore, hooks: Hooks, effects: Effects) -> None:
         self.core = core
         self.hooks = hooks
+        self.effects = effects
         self._inbox: deque[Queued] = deque()
         self._wake = asyncio.Event()
         self._space = asyncio.Event()
@@ -263,15 +268,15 @@ class CommitPipeline:
                 continue  # fenced generation, or a duplicate: logged once (notes §7)
             if participant.refused_from is not None and not self._resends(participant, frame):
                 continue
-            if isinstance(frame, History):
+            effect = effect_of(frame, participant.role)
+            if effect is Effect.HISTORY and isinstance(frame, History):
+                # folded by plan_history (against what the detach finalized), not the table
                 await self.flush(pending)
                 pending = []
                 await self.hooks.accept_history(participant, frame)
                 continue
             # [trust] the act table: may this credential do what the frame does (§16.6)?
-            act = acts.act_of(
-                frame.type, fatal=isinstance(frame, SessionError) and frame.payload.fatal
-            )
+            act = acts.act_of(frame.type, fatal=effect is Effect.END_WITH_ERROR)
             try:
                 if act is not None:
                     acts.require(act, participant.role, participant.principal)
@@ -285,7 +290,7 @@ class CommitPipeline:
             try:
                 # A delete request is checked, not folded: it is not logged, and folding it
                 # would close the open calls and turn before the cleanup frames are made.
-                judge = check if isinstance(frame, Deleted) else fold
+                judge = check if effect is Effect.END_REQUESTED else fold
                 warnings = judge(core.state, frame, participant.role)
             except ProtocolError as exc:
                 if not await self._logged(frame.message_id):
@@ -293,10 +298,17 @@ class CommitPipeline:
                 continue
             for warning in warnings:
                 participant.send_error(warning)
-            if isinstance(frame, Deleted):
-                # A delete request is not relayed; the master's own session.deleted is (§15.8).
+            if effect is Effect.END_REQUESTED:
+                # A delete request is not logged nor relayed; the master's own session.deleted
+                # is (§15.8). Its effect follows the delivery of what came before it.
                 await self.flush(pending)
-                await self.hooks.terminate_locked("user_request", participant.role)
+                await self.effects.apply(
+                    frame,
+                    participant.role,
+                    owner=True,
+                    sender_id=participant.id,
+                    sender=participant,
+                )
                 return
             entry = NewEntry(
                 message_id=frame.message_id,
@@ -306,13 +318,12 @@ class CommitPipeline:
                 sender_id=participant.id,
                 sender_role=participant.role,
                 # A rename goes back to the edge that asked, too (notes §15.9).
-                exclude=None if isinstance(frame, Renamed) else participant.id,
+                exclude=None if effect is Effect.RENAME else participant.id,
             )
             pending.append(Pending(participant, frame, entry))
             folded.add(frame.message_id)
-            if isinstance(frame, SessionError) and frame.payload.fatal:
-                await self.flush(pending)
-                await self.hooks.terminate_locked("error", participant.role)
+            if effect in _ENDINGS:
+                await self.flush(pending)  # its effect ends the session once it is delivered
                 return
         self._launch(pending)
 
@@ -405,15 +416,29 @@ class CommitPipeline:
             self._unsettled_ids.discard(p.entry.message_id)
         # [multinode] another node appended first: its entries go out before ours, then refold
         rebuild = await core.coordinator.before_delivery(core, results)
+        delivered: list[Pending] = []
         for p, result in zip(pending, results, strict=True):
             if result.duplicate:
                 rebuild = True  # folded speculatively but already in the log
                 continue
             core.committed(p.entry.committed(result.seq), p.participant)
-            if isinstance(p.frame, Renamed):
-                core.header.name = p.frame.payload.name
-                await core.store.rename_session(core.id, p.frame.payload.name)
+            delivered.append(p)
         core.count_delivered()
+        # The whole batch is delivered before any effect is applied: an effect whose store
+        # write fails never holds back the entries committed with it.
+        for p in delivered:
+            if core.terminated:
+                return True  # an entry ended the session: it was the last of its batch
+            sender = p.participant
+            await self.effects.apply(
+                p.frame,
+                "master" if sender is None else sender.role,
+                owner=True,
+                sender_id=p.entry.sender_id,
+                sender=sender,
+            )
+        if core.terminated:
+            return True
         # A refold reads the log: only once nothing folded is still on its way into it.
         self._refold = self._refold or rebuild
         if self._refold and not self._inflight:
@@ -446,10 +471,14 @@ class CommitPipeline:
             return
         # Entries past our head (another node's, or ours whose reply was lost) were never
         # delivered here: deliver them, in seq order, rather than skip past them.
-        for entry in entries:
-            if entry.seq > core.head:
-                core.committed(entry, None)
+        past = [entry for entry in entries if entry.seq > core.head]
+        for entry in past:
+            core.committed(entry, None)
         core.state = rebuild_state(entries, core.header.name)
+        for entry in past:
+            # Not committed by this worker (or its reply was lost and its sender refused):
+            # what they do to this node's memory, not the owner's side effects.
+            await self.effects.apply_entry(entry, owner=False)
 
     # --- master-made frames -----------------------------------------------------------------
 

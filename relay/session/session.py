@@ -8,7 +8,8 @@ same session are serialized (seed 001's race, notes §9).
 The session is composed of parts with one job each (docs/architecture.md): the commit
 pipeline (:mod:`.pipeline`), presence and records (:mod:`.roster`), attach and backlog
 (:mod:`.attach`), detach and expiry (:mod:`.detach`), a client's history (:mod:`.history`)
-and the end (:mod:`.termination`), over the shared state and fan-out of :mod:`.core`.
+and the end (:mod:`.termination`), over the shared state and fan-out of :mod:`.core`; what a
+committed entry does beyond the state, wherever it was committed, is :mod:`.effects`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ..store.base import LogEntry, SessionHeader
 from .attach import Attacher
 from .core import SessionCore, SessionDeps
 from .detach import Departures
+from .effects import Effects
 from .history import ClientHistory
 from .participant import Participant
 from .pipeline import CommitPipeline
@@ -47,7 +49,8 @@ class Session(SessionCore):
         self, deps: SessionDeps, header: SessionHeader, state: SessionState, head: int
     ) -> None:
         super().__init__(deps, header, state, head)
-        self.pipeline = CommitPipeline(self, self)
+        self.effects = Effects(self, self)
+        self.pipeline = CommitPipeline(self, self, self.effects)
         self.roster = Roster(self, self)
         self.attacher = Attacher(self, self.roster)
         self.departures = Departures(self, self.pipeline, self.roster, self)
@@ -103,19 +106,29 @@ class Session(SessionCore):
         """Log ``changes`` now as one frame (caller holds the lock); False if not logged."""
         return await self.roster.log_presence(changes)
 
-    def receive(self, entry: LogEntry) -> None:
-        """An entry another node committed (caller holds the lock): fold it and deliver it.
+    async def receive(self, entry: LogEntry, *, fold: bool = True) -> None:
+        """An entry another node committed (caller holds the lock): fold it, deliver it and
+        apply its effects as a node that does not own it (:mod:`.effects`).
 
-        Entries at or below the head are already here and ignored.
+        ``fold=False`` when the caller refolds the state from the log next. Entries at or
+        below the head are already here and ignored.
         """
         if entry.seq <= self.head:
             return
+        role = cast(SenderRole, entry.sender_role)
         try:
-            role = cast(SenderRole, entry.sender_role)
-            fold_entry(self.state, codec.decode(entry.data), role)
+            frame = codec.decode(entry.data)
         except ProtocolError:
-            pass  # the node that logged it checked it; a replay of the log skips it the same way
+            # the node that logged it checked it; a replay of the log skips it the same way
+            self.committed(entry, None)
+            return
+        if fold:
+            try:
+                fold_entry(self.state, frame, role)
+            except ProtocolError:
+                pass  # as a replay of the log does
         self.committed(entry, None)
+        await self.effects.apply(frame, role, owner=False, sender_id=entry.sender_id)
 
     async def rebuild(self) -> None:
         """Refold the state from the log, delivering first what it holds past the head."""

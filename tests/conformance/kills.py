@@ -33,6 +33,7 @@ import relay.server
 import relay.session.attach
 import relay.session.builders
 import relay.session.detach
+import relay.session.effects
 import relay.session.history
 import relay.session.pipeline
 import relay.session.roster
@@ -660,8 +661,7 @@ def _keep_old_name(mp: pytest.MonkeyPatch) -> None:
     class NotARename:
         """Stands in for Renamed so the session never records the new name."""
 
-    mp.setattr(relay.session.pipeline, "Renamed", NotARename)
-    mp.setattr(relay.session.history, "Renamed", NotARename)
+    mp.setattr(relay.session.effects, "Renamed", NotARename)
 
 
 # --- recovery (§7.8, notes §8) ----------------------------------------------------------------

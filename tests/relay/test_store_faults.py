@@ -175,3 +175,85 @@ async def test_a_history_whose_lookup_fails_is_refused_and_later_frames_wait_for
     assert [f["message_id"] for f in got["payload"]["frames"]] == [inner["message_id"]]
     await client.send_frame(later)
     assert (await edge.recv())["message_id"] == later["message_id"]
+
+
+async def queued_together(
+    master: Master, sid: str, client: Peer, frames: Sequence[tuple[str, dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """Send ``frames`` while the session's lock is held, so its worker takes them as one batch."""
+    session = master.hub.sessions[sid]
+    sent = []
+    async with session.lock:
+        for type_, payload in frames:
+            sent.append(await client.send(type_, payload))
+        async with asyncio.timeout(5):
+            while session.queued < len(frames):
+                await asyncio.sleep(0.005)
+    return sent
+
+
+def rename_payload(sid: str, name: str) -> dict[str, Any]:
+    """A client's session.renamed payload."""
+    return {"session_id": sid, "name": name, "renamed_by": "client"}
+
+
+async def test_a_rename_the_header_cannot_take_delays_no_frame_and_is_written_later(
+    master: Master, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A header write refused while a batch settles holds back no frame committed with the
+    rename, and the name is written again with the next entry committed."""
+    sid = "s-rename-fault"
+    client, edge = await client_and_edge(master, sid)
+    real = master.store.rename_session
+    failures: list[BaseException] = [StoreUnavailableError("redis unreachable")]
+
+    async def flaky(session_id: str, name: str) -> None:
+        if failures:
+            raise failures.pop()
+        await real(session_id, name)
+
+    monkeypatch.setattr(master.store, "rename_session", flaky)
+    renamed, after = await queued_together(
+        master,
+        sid,
+        client,
+        [("session.renamed", rename_payload(sid, "offline")), ("agent.state", {"state": "idle"})],
+    )
+    assert (await edge.recv())["message_id"] == renamed["message_id"]
+    assert (await edge.recv())["message_id"] == after["message_id"]
+    assert not failures  # the first write was refused ...
+    header = await master.store.get_session(sid)
+    assert header is not None
+    assert header.name == "offline"  # ... and written again with the next entry committed
+    assert master.hub.sessions[sid].header.name == "offline"
+
+
+async def test_a_rename_inside_a_history_the_header_cannot_take_loses_no_later_frame(
+    master: Master, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A history's rename whose header write fails: the frames after the history in the same
+    batch are still judged, logged and delivered."""
+    sid = "s-history-rename-fault"
+    client, edge = await client_and_edge(master, sid)
+
+    async def refused(session_id: str, name: str) -> None:
+        raise StoreUnavailableError("redis unreachable")
+
+    monkeypatch.setattr(master.store, "rename_session", refused)
+    inner = envelope(sid, "session.renamed", rename_payload(sid, "buffered"))
+    history = {
+        "frames": [inner],
+        "buffer_status": {"policy_applied": "RING", "truncated": False},
+        "last_sync_timestamp": "2026-11-29T09:00:00.000Z",
+        "last_message_id": inner["message_id"],
+    }
+    sent, after = await queued_together(
+        master, sid, client, [("session.history", history), ("agent.state", {"state": "idle"})]
+    )
+    got = await edge.recv()
+    assert got["message_id"] == sent["message_id"]
+    assert [f["message_id"] for f in got["payload"]["frames"]] == [inner["message_id"]]
+    assert (await edge.recv())["message_id"] == after["message_id"]
+    logged = [e.message_id for e in await master.store.read(sid)]
+    assert after["message_id"] in logged
+    assert master.hub.sessions[sid].header.name == "buffered"
