@@ -30,18 +30,16 @@ import logging
 import os
 import random
 import ssl
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
-from websockets.typing import Subprotocol
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
 
 from . import codec
-from .client_core import DEFAULT_BUFFER, Delivered, create_spec, unpacked
+from .client_connect import dial, open_socket, read_welcome
 from .client_errors import (
     ClientClosed,
     ClientError,
@@ -50,18 +48,12 @@ from .client_errors import (
     FrameRefused,
     ReconnectExhausted,
 )
+from .client_frames import DEFAULT_BUFFER, Delivered, create_spec, unpacked
+from .client_incoming import Incoming
 from .client_sends import TypedSends
-from .errors import HandshakeError, InvalidFrame
-from .frames import (
-    SUBPROTOCOL,
-    BufferRequest,
-    CreateSpec,
-    Frame,
-    GenericFrame,
-    History,
-    Role,
-    Welcome,
-)
+from .client_status import StatusWatch
+from .errors import HandshakeError
+from .frames import BufferRequest, CreateSpec, Frame, GenericFrame, History, Role
 from .outgoing import SavedBuffer
 from .reconnect import Backoff, ConnectionStatus, refusal
 from .resends import DEFAULT_RESEND_ROUNDS
@@ -93,8 +85,6 @@ log = logging.getLogger("rawp.client")
 T = TypeVar("T")
 FrameT = TypeVar("FrameT", bound=Frame)
 
-_RECEIVE_LIMIT: Final = 64 << 20  # a backlog may be the buffer capacity plus envelopes
-
 
 def _new_commit_future() -> asyncio.Future[int]:
     """A future for the commit ledger, on the running loop."""
@@ -108,13 +98,6 @@ def _new_commit_future() -> asyncio.Future[int]:
 def _retrieve(future: asyncio.Future[int]) -> None:
     if not future.cancelled():
         future.exception()
-
-
-class _End:
-    """Marks the end of the incoming stream (kept at its tail once reached)."""
-
-    def __init__(self, error: BaseException | None = None) -> None:
-        self.error = error
 
 
 def run(coroutine: Coroutine[Any, Any, T]) -> T:
@@ -193,23 +176,18 @@ class RawpClient(TypedSends[asyncio.Future[int]]):
         self.ping_interval = ping_interval
         self.ping_timeout = ping_timeout
         self.on_status = on_status
-        self._status_callbacks: list[Callable[[ConnectionStatus], None]] = []
         self.last_connect_error: BaseException | None = None
         self.dropped_frames = 0  # received frames dropped from a full incoming queue
-        self._max_queue = max_queue
         self._rng = rng
         self._ssl = ssl_context  # wss:// with a private CA; None: the system's defaults
         self._ws: ClientConnection | None = None
         self._live = False
         self._send_lock = asyncio.Lock()
-        self._incoming: deque[Frame | GenericFrame | _End] = deque()
-        self._incoming_ready = asyncio.Event()
-        self._status = ConnectionStatus.NEW
-        self._status_changed = asyncio.Event()
+        self._incoming = Incoming(max_queue)
+        self._status = StatusWatch()
         self._runner: asyncio.Task[None] | None = None
         self._resender: asyncio.Task[None] | None = None  # §7 re-send rounds (one at a time)
         self._closing = False
-        self._ended = False
         if self.state_path is not None and self.state_path.exists():
             self._restore(load_snapshot(self.state_path))
 
@@ -246,7 +224,7 @@ class RawpClient(TypedSends[asyncio.Future[int]]):
     @property
     def status(self) -> ConnectionStatus:
         """Where the connection is."""
-        return self._status
+        return self._status.status
 
     @property
     def connected(self) -> bool:
@@ -255,33 +233,17 @@ class RawpClient(TypedSends[asyncio.Future[int]]):
 
     async def wait_status(self, *statuses: ConnectionStatus, timeout: float | None = None) -> None:
         """Wait until the status is one of ``statuses`` (TimeoutError after ``timeout``)."""
-        async with asyncio.timeout(timeout):
-            while self._status not in statuses:
-                await self._status_changed.wait()
+        await self._status.wait(statuses, timeout)
 
     def _set_status(self, status: ConnectionStatus) -> None:
-        if status is self._status:
-            return
-        self._status = status
-        self._status_changed.set()
-        self._status_changed = asyncio.Event()
-        if self.on_status is not None:
-            self.on_status(status)
-        for callback in tuple(self._status_callbacks):
-            callback(status)
+        self._status.set(status, self.on_status)
 
     def add_status_callback(
         self, callback: Callable[[ConnectionStatus], None]
     ) -> Callable[[], None]:
         """Call ``callback(status)`` on every connection status change (besides
         ``on_status``); returns a function that removes it again."""
-        self._status_callbacks.append(callback)
-
-        def remove() -> None:
-            with contextlib.suppress(ValueError):
-                self._status_callbacks.remove(callback)
-
-        return remove
+        return self._status.add_callback(callback)
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -357,10 +319,7 @@ class RawpClient(TypedSends[asyncio.Future[int]]):
 
     def _end(self, error: BaseException | None) -> None:
         self._commits.fail_all(set(), ClientClosed("the client ended before the master answered"))
-        if not self._ended:
-            self._ended = True
-            self._incoming.append(_End(error))
-            self._incoming_ready.set()
+        self._incoming.end(error)
         self._set_status(ConnectionStatus.CLOSED)
 
     async def _run(self, ws: ClientConnection) -> None:
@@ -399,65 +358,31 @@ class RawpClient(TypedSends[asyncio.Future[int]]):
             self._end(exc)
 
     async def _establish(self, *, first: bool, max_attempts: int | None = None) -> ClientConnection:
-        attempt = 0
-        while True:
-            if not first or attempt > 0:
-                self._set_status(ConnectionStatus.RECONNECTING)
-                await asyncio.sleep(self.backoff.delay(attempt, self._rng))
-            self._set_status(ConnectionStatus.CONNECTING)
-            try:
-                ws = await self._open()
-            except (HandshakeError, ConnectRefused) as exc:
-                self.last_connect_error = exc
-                self._set_status(ConnectionStatus.CLOSED)
-                raise
-            except (OSError, TimeoutError, ConnectionClosed, InvalidHandshake) as exc:
-                self.last_connect_error = exc
-                attempt += 1
-                # The first failure of a series is worth a warning (a wrong port must not
-                # retry in silence); the rest only at debug level, so a long outage is quiet.
-                level = logging.WARNING if attempt == 1 else logging.DEBUG
-                log.log(level, "could not connect to %s (attempt %d): %s", self.url, attempt, exc)
-                limit = max_attempts if max_attempts is not None else self.backoff.max_attempts
-                if limit is not None and attempt >= limit:
-                    self._set_status(ConnectionStatus.CLOSED)
-                    raise ReconnectExhausted(
-                        f"could not reach {self.url} in {attempt} attempt(s): {exc}"
-                    ) from exc
-            else:
-                if attempt > 0:
-                    log.info("connected to %s after %d failed attempt(s)", self.url, attempt)
-                self.last_connect_error = None
-                return ws
+        return await dial(
+            self._open,
+            url=self.url,
+            backoff=self.backoff,
+            first=first,
+            max_attempts=max_attempts,
+            rng=self._rng,
+            set_status=self._set_status,
+            record_error=self._record_connect_error,
+        )
+
+    def _record_connect_error(self, error: BaseException | None) -> None:
+        self.last_connect_error = error
 
     async def _open(self) -> ClientConnection:
-        try:
-            ws = await connect(
-                self.url,
-                subprotocols=[Subprotocol(SUBPROTOCOL)],
-                open_timeout=self.open_timeout,
-                ping_interval=self.ping_interval,
-                ping_timeout=self.ping_timeout,
-                max_size=_RECEIVE_LIMIT,
-                compression=None,
-                proxy=None,
-                user_agent_header="rawp-client",
-                **self._tls_options(),
-            )
-        except InvalidStatus as exc:
-            status = exc.response.status_code
-            if 400 <= status < 500:
-                body = (
-                    exc.response.body.decode(errors="replace").strip() if exc.response.body else ""
-                )
-                raise ConnectRefused(
-                    f"{self.url} refused the WebSocket handshake: HTTP {status} {body}".strip(),
-                    status,
-                ) from None
-            raise
+        ws = await open_socket(
+            self.url,
+            open_timeout=self.open_timeout,
+            ping_interval=self.ping_interval,
+            ping_timeout=self.ping_timeout,
+            ssl_context=self._ssl,
+        )
         try:
             sent_resume = await self._hello(ws)
-            welcome = await self._read_welcome(ws)
+            welcome = await read_welcome(ws, self.open_timeout)
             self._welcomed(welcome, sent_resume)
             self._push(welcome)
             if sent_resume or welcome.payload.resumed:
@@ -477,31 +402,12 @@ class RawpClient(TypedSends[asyncio.Future[int]]):
         self._autosave()
         return ws
 
-    def _tls_options(self) -> dict[str, Any]:
-        # websockets makes its own TLS context for wss:// only when ``ssl`` is not passed.
-        return {"ssl": self._ssl} if self._ssl is not None else {}
-
     async def _hello(self, ws: ClientConnection) -> bool:
         hello, resumes = self._hello_frame(
             token=self.token, create=self.create, from_start=self.from_start
         )
         await ws.send(codec.encode(hello), text=True)
         return resumes
-
-    async def _read_welcome(self, ws: ClientConnection) -> Welcome:
-        try:
-            message = await asyncio.wait_for(ws.recv(), self.open_timeout)
-        except ConnectionClosed as exc:
-            code = exc.rcvd.code if exc.rcvd is not None else None
-            reason = exc.rcvd.reason if exc.rcvd is not None else ""
-            refused = refusal(code, reason)
-            if refused is not None:
-                raise refused from None
-            raise
-        frame = codec.decode(message)
-        if not isinstance(frame, Welcome):
-            raise InvalidFrame(f"expected connection.welcome, got {frame.type}")
-        return frame
 
     # --- receiving -----------------------------------------------------------------------
 
@@ -563,28 +469,14 @@ class RawpClient(TypedSends[asyncio.Future[int]]):
             self._acked = cursor
 
     def _push(self, frame: Frame | GenericFrame) -> None:
-        self._incoming.append(frame)
-        if self._max_queue is not None and len(self._incoming) > self._max_queue:
-            self._incoming.popleft()
-            self.dropped_frames += 1
-        self._incoming_ready.set()
+        self.dropped_frames += self._incoming.push(frame)
 
     async def receive(self, timeout: float | None = None) -> Frame | GenericFrame | None:
         """The next frame; None once the stream ended. Raises what ended it abnormally.
 
         Raises TimeoutError when nothing arrives within ``timeout`` seconds.
         """
-        async with asyncio.timeout(timeout):
-            while not self._incoming:
-                self._incoming_ready.clear()
-                await self._incoming_ready.wait()
-        item = self._incoming[0]
-        if isinstance(item, _End):
-            if item.error is not None:
-                raise item.error
-            return None
-        self._incoming.popleft()
-        return item
+        return await self._incoming.next(timeout)
 
     async def frames(self, *, unpack_histories: bool = True) -> AsyncIterator[Delivered]:
         """Every frame delivered to this client, each as a :class:`Delivered`.
