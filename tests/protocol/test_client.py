@@ -73,6 +73,7 @@ def test_only_the_client_modules_import_asyncio_or_websockets() -> None:
         "client.py",
         "client_connect.py",
         "client_incoming.py",
+        "client_link.py",
         "client_status.py",
     ]
 
