@@ -2,12 +2,15 @@
 
 Spec: notes §2 (transport), §3 (envelope), §5 (hello, welcome, resume), §7 (buffers and
 cursors), §15.4–§15.6; RAWP 1.0.2 §7.1.1 (``session.history``) and §7.8 (finalization). This
-is the only module of :mod:`protocol` that does I/O (asyncio, websockets), and a thin one:
-:class:`RawpClient` is :class:`~protocol.client_core.ClientCore` (every decision, sans I/O)
-with its typed helpers (:mod:`protocol.client_sends`) plus a socket, a reconnect loop and an
-incoming queue. The core builds on :mod:`protocol.commits` (ack bookkeeping),
-:mod:`protocol.outgoing` (the buffer), :mod:`protocol.reconnect` (backoff, refusals),
-:mod:`protocol.snapshot` (persistence) and :mod:`protocol.view` (what arrives, folded).
+module and its parts are the only ones of :mod:`protocol` that do I/O (asyncio, websockets),
+and a thin layer: :class:`RawpClient` is :class:`~protocol.client_core.ClientCore` (every
+decision, sans I/O) with its typed helpers (:mod:`protocol.client_sends`) plus a socket, a
+reconnect loop and an incoming queue: :mod:`protocol.client_link` (the connection's life),
+:mod:`protocol.client_connect` (opening it), :mod:`protocol.client_incoming` (the incoming
+stream) and :mod:`protocol.client_status` (the status); this module is the public API. The
+core builds on :mod:`protocol.commits` (ack bookkeeping), :mod:`protocol.outgoing` (the
+buffer), :mod:`protocol.reconnect` (backoff, refusals), :mod:`protocol.snapshot` (persistence)
+and :mod:`protocol.view` (what arrives, folded).
 
 Use::
 
@@ -26,22 +29,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import random
 import ssl
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
-from websockets.typing import Subprotocol
+from websockets.exceptions import ConnectionClosed
 
-from . import codec
-from .client_core import DEFAULT_BUFFER, Delivered, create_spec, unpacked
 from .client_errors import (
     ClientClosed,
     ClientError,
@@ -50,20 +47,11 @@ from .client_errors import (
     FrameRefused,
     ReconnectExhausted,
 )
-from .client_sends import TypedSends
-from .errors import HandshakeError, InvalidFrame
-from .frames import (
-    SUBPROTOCOL,
-    BufferRequest,
-    CreateSpec,
-    Frame,
-    GenericFrame,
-    History,
-    Role,
-    Welcome,
-)
+from .client_frames import DEFAULT_BUFFER, Delivered, create_spec, unpacked
+from .client_link import ClientLink
+from .frames import BufferRequest, CreateSpec, Frame, GenericFrame, History, Role
 from .outgoing import SavedBuffer
-from .reconnect import Backoff, ConnectionStatus, refusal
+from .reconnect import Backoff, ConnectionStatus
 from .resends import DEFAULT_RESEND_ROUNDS
 from .snapshot import ClientSnapshot, load_snapshot, save_snapshot
 from .view import SessionView
@@ -88,33 +76,8 @@ __all__ = [
     "save_snapshot",
 ]
 
-log = logging.getLogger("rawp.client")
-
 T = TypeVar("T")
 FrameT = TypeVar("FrameT", bound=Frame)
-
-_RECEIVE_LIMIT: Final = 64 << 20  # a backlog may be the buffer capacity plus envelopes
-
-
-def _new_commit_future() -> asyncio.Future[int]:
-    """A future for the commit ledger, on the running loop."""
-    future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-    # Nobody may await it (a typed helper's frame): the refusal also reaches the stream as a
-    # session.error, so an unread exception is not worth a warning.
-    future.add_done_callback(_retrieve)
-    return future
-
-
-def _retrieve(future: asyncio.Future[int]) -> None:
-    if not future.cancelled():
-        future.exception()
-
-
-class _End:
-    """Marks the end of the incoming stream (kept at its tail once reached)."""
-
-    def __init__(self, error: BaseException | None = None) -> None:
-        self.error = error
 
 
 def run(coroutine: Coroutine[Any, Any, T]) -> T:
@@ -125,7 +88,7 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
 # --- the client ----------------------------------------------------------------------------
 
 
-class RawpClient(TypedSends[asyncio.Future[int]]):
+class RawpClient(ClientLink):
     """One participant's connection to one session, kept alive across drops.
 
     ``role`` ``"client"`` is the agent runtime, ``"edge"`` a UI or observer. ``create`` (client
@@ -174,42 +137,26 @@ class RawpClient(TypedSends[asyncio.Future[int]]):
             url,
             session_id,
             role=role,
+            token=token,
+            create=create_spec(create),
             buffer_request=buffer or DEFAULT_BUFFER,
-            in_flight_bytes=in_flight_bytes,
+            backoff=backoff,
+            ack_every=ack_every,
+            ack_interval=ack_interval,
+            from_start=from_start,
             participant_id=participant_id,
             view=view,
             state_path=Path(state_path) if state_path is not None else None,
-            new_future=_new_commit_future,
-            backoff=backoff,
+            open_timeout=open_timeout,
+            ping_interval=ping_interval,
+            ping_timeout=ping_timeout,
+            in_flight_bytes=in_flight_bytes,
+            max_queue=max_queue,
+            on_status=on_status,
+            rng=rng,
+            ssl_context=ssl_context,
             resend_rounds=resend_rounds,
         )
-        self.token = token
-        self.create = create_spec(create)
-        self.backoff = backoff or Backoff()
-        self.ack_every = ack_every
-        self.ack_interval = ack_interval
-        self.from_start = from_start
-        self.open_timeout = open_timeout
-        self.ping_interval = ping_interval
-        self.ping_timeout = ping_timeout
-        self.on_status = on_status
-        self._status_callbacks: list[Callable[[ConnectionStatus], None]] = []
-        self.last_connect_error: BaseException | None = None
-        self.dropped_frames = 0  # received frames dropped from a full incoming queue
-        self._max_queue = max_queue
-        self._rng = rng
-        self._ssl = ssl_context  # wss:// with a private CA; None: the system's defaults
-        self._ws: ClientConnection | None = None
-        self._live = False
-        self._send_lock = asyncio.Lock()
-        self._incoming: deque[Frame | GenericFrame | _End] = deque()
-        self._incoming_ready = asyncio.Event()
-        self._status = ConnectionStatus.NEW
-        self._status_changed = asyncio.Event()
-        self._runner: asyncio.Task[None] | None = None
-        self._resender: asyncio.Task[None] | None = None  # §7 re-send rounds (one at a time)
-        self._closing = False
-        self._ended = False
         if self.state_path is not None and self.state_path.exists():
             self._restore(load_snapshot(self.state_path))
 
@@ -236,17 +183,12 @@ class RawpClient(TypedSends[asyncio.Future[int]]):
         save_snapshot(target, self.snapshot())
         return target
 
-    def _autosave(self) -> None:
-        if self.state_path is not None:
-            with contextlib.suppress(OSError):
-                self.save()
-
     # --- what callers read ---------------------------------------------------------------
 
     @property
     def status(self) -> ConnectionStatus:
         """Where the connection is."""
-        return self._status
+        return self._status.status
 
     @property
     def connected(self) -> bool:
@@ -255,33 +197,14 @@ class RawpClient(TypedSends[asyncio.Future[int]]):
 
     async def wait_status(self, *statuses: ConnectionStatus, timeout: float | None = None) -> None:
         """Wait until the status is one of ``statuses`` (TimeoutError after ``timeout``)."""
-        async with asyncio.timeout(timeout):
-            while self._status not in statuses:
-                await self._status_changed.wait()
-
-    def _set_status(self, status: ConnectionStatus) -> None:
-        if status is self._status:
-            return
-        self._status = status
-        self._status_changed.set()
-        self._status_changed = asyncio.Event()
-        if self.on_status is not None:
-            self.on_status(status)
-        for callback in tuple(self._status_callbacks):
-            callback(status)
+        await self._status.wait(statuses, timeout)
 
     def add_status_callback(
         self, callback: Callable[[ConnectionStatus], None]
     ) -> Callable[[], None]:
         """Call ``callback(status)`` on every connection status change (besides
         ``on_status``); returns a function that removes it again."""
-        self._status_callbacks.append(callback)
-
-        def remove() -> None:
-            with contextlib.suppress(ValueError):
-                self._status_callbacks.remove(callback)
-
-        return remove
+        return self._status.add_callback(callback)
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -355,236 +278,14 @@ class RawpClient(TypedSends[asyncio.Future[int]]):
         if ws is not None:
             ws.transport.abort()
 
-    def _end(self, error: BaseException | None) -> None:
-        self._commits.fail_all(set(), ClientClosed("the client ended before the master answered"))
-        if not self._ended:
-            self._ended = True
-            self._incoming.append(_End(error))
-            self._incoming_ready.set()
-        self._set_status(ConnectionStatus.CLOSED)
-
-    async def _run(self, ws: ClientConnection) -> None:
-        try:
-            while True:
-                await self._pump(ws)
-                self._live = False
-                self._ws = None
-                self._stop_resending()  # the reattach carries what waited to be re-sent
-                if self._closing:
-                    return
-                code = ws.close_code
-                if self._drop_ends_session(code):
-                    self._closing = True
-                    self._autosave()
-                    self._end(None)
-                    return
-                refused = refusal(code, ws.close_reason or "")
-                if refused is not None:
-                    self._closing = True
-                    self._autosave()
-                    self._end(refused)
-                    return
-                self.view.connection_lost()  # §7.8.1
-                self._autosave()
-                try:
-                    ws = await self._establish(first=False)
-                except (HandshakeError, ClientError) as exc:
-                    self._closing = True
-                    self._end(exc)
-                    return
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a bug here must reach the caller, not vanish in a task
-            self._closing = True
-            self._end(exc)
-
-    async def _establish(self, *, first: bool, max_attempts: int | None = None) -> ClientConnection:
-        attempt = 0
-        while True:
-            if not first or attempt > 0:
-                self._set_status(ConnectionStatus.RECONNECTING)
-                await asyncio.sleep(self.backoff.delay(attempt, self._rng))
-            self._set_status(ConnectionStatus.CONNECTING)
-            try:
-                ws = await self._open()
-            except (HandshakeError, ConnectRefused) as exc:
-                self.last_connect_error = exc
-                self._set_status(ConnectionStatus.CLOSED)
-                raise
-            except (OSError, TimeoutError, ConnectionClosed, InvalidHandshake) as exc:
-                self.last_connect_error = exc
-                attempt += 1
-                # The first failure of a series is worth a warning (a wrong port must not
-                # retry in silence); the rest only at debug level, so a long outage is quiet.
-                level = logging.WARNING if attempt == 1 else logging.DEBUG
-                log.log(level, "could not connect to %s (attempt %d): %s", self.url, attempt, exc)
-                limit = max_attempts if max_attempts is not None else self.backoff.max_attempts
-                if limit is not None and attempt >= limit:
-                    self._set_status(ConnectionStatus.CLOSED)
-                    raise ReconnectExhausted(
-                        f"could not reach {self.url} in {attempt} attempt(s): {exc}"
-                    ) from exc
-            else:
-                if attempt > 0:
-                    log.info("connected to %s after %d failed attempt(s)", self.url, attempt)
-                self.last_connect_error = None
-                return ws
-
-    async def _open(self) -> ClientConnection:
-        try:
-            ws = await connect(
-                self.url,
-                subprotocols=[Subprotocol(SUBPROTOCOL)],
-                open_timeout=self.open_timeout,
-                ping_interval=self.ping_interval,
-                ping_timeout=self.ping_timeout,
-                max_size=_RECEIVE_LIMIT,
-                compression=None,
-                proxy=None,
-                user_agent_header="rawp-client",
-                **self._tls_options(),
-            )
-        except InvalidStatus as exc:
-            status = exc.response.status_code
-            if 400 <= status < 500:
-                body = (
-                    exc.response.body.decode(errors="replace").strip() if exc.response.body else ""
-                )
-                raise ConnectRefused(
-                    f"{self.url} refused the WebSocket handshake: HTTP {status} {body}".strip(),
-                    status,
-                ) from None
-            raise
-        try:
-            sent_resume = await self._hello(ws)
-            welcome = await self._read_welcome(ws)
-            self._welcomed(welcome, sent_resume)
-            self._push(welcome)
-            if sent_resume or welcome.payload.resumed:
-                # The master queues the backlog right after the welcome (notes §5): fold it
-                # before our own history, in the log's order.
-                first = await asyncio.wait_for(ws.recv(), self.open_timeout)
-                self._handle(first)
-            async with self._send_lock:
-                for data in self._reattach_writes(welcome):
-                    await ws.send(data, text=True)
-                self._ws = ws
-                self._live = True
-        except BaseException:
-            ws.transport.abort()
-            raise
-        self._set_status(ConnectionStatus.CONNECTED)
-        self._autosave()
-        return ws
-
-    def _tls_options(self) -> dict[str, Any]:
-        # websockets makes its own TLS context for wss:// only when ``ssl`` is not passed.
-        return {"ssl": self._ssl} if self._ssl is not None else {}
-
-    async def _hello(self, ws: ClientConnection) -> bool:
-        hello, resumes = self._hello_frame(
-            token=self.token, create=self.create, from_start=self.from_start
-        )
-        await ws.send(codec.encode(hello), text=True)
-        return resumes
-
-    async def _read_welcome(self, ws: ClientConnection) -> Welcome:
-        try:
-            message = await asyncio.wait_for(ws.recv(), self.open_timeout)
-        except ConnectionClosed as exc:
-            code = exc.rcvd.code if exc.rcvd is not None else None
-            reason = exc.rcvd.reason if exc.rcvd is not None else ""
-            refused = refusal(code, reason)
-            if refused is not None:
-                raise refused from None
-            raise
-        frame = codec.decode(message)
-        if not isinstance(frame, Welcome):
-            raise InvalidFrame(f"expected connection.welcome, got {frame.type}")
-        return frame
-
     # --- receiving -----------------------------------------------------------------------
-
-    async def _pump(self, ws: ClientConnection) -> None:
-        while True:
-            try:
-                message = await asyncio.wait_for(ws.recv(), self.ack_interval)
-            except TimeoutError:
-                await self._ack(ws)
-                continue
-            except ConnectionClosed:
-                return
-            self._handle(message)
-            if self.resend_due and self._resender is None:
-                self._resender = asyncio.get_running_loop().create_task(self._resend(ws))
-            if self._ack_due(self.ack_every):
-                await self._ack(ws)
-
-    def _handle(self, message: str | bytes) -> None:
-        frame = self._received(message)
-        if frame is not None:
-            self._push(frame)
-
-    async def _resend(self, ws: ClientConnection) -> None:
-        """§7: after ``store_unavailable``, write our frames again from the first refused
-        one, in order, with backoff (protocol/resends.py); give up on the connection (drop
-        it, so the reattach carries them) when the core says so."""
-        try:
-            while self.resend_due and self._ws is ws:
-                await asyncio.sleep(self._resend_delay(self._rng))
-                async with self._send_lock:
-                    if self._ws is not ws or not self._live:
-                        return
-                    writes = self._resend_writes()
-                    if writes is None:
-                        log.info("the store stays unavailable: reattaching to re-send")
-                        ws.transport.abort()
-                        return
-                    for data in writes:
-                        await ws.send(data, text=True)
-        except ConnectionClosed:
-            pass  # the reader notices; the reattach carries the rest
-        finally:
-            if self._resender is asyncio.current_task():
-                self._resender = None
-
-    def _stop_resending(self) -> None:
-        resender, self._resender = self._resender, None
-        if resender is not None and not resender.done():
-            resender.cancel()
-
-    async def _ack(self, ws: ClientConnection) -> None:
-        due = self._ack_frame()
-        if due is None:
-            return
-        data, cursor = due
-        with contextlib.suppress(ConnectionClosed):
-            await ws.send(data, text=True)
-            self._acked = cursor
-
-    def _push(self, frame: Frame | GenericFrame) -> None:
-        self._incoming.append(frame)
-        if self._max_queue is not None and len(self._incoming) > self._max_queue:
-            self._incoming.popleft()
-            self.dropped_frames += 1
-        self._incoming_ready.set()
 
     async def receive(self, timeout: float | None = None) -> Frame | GenericFrame | None:
         """The next frame; None once the stream ended. Raises what ended it abnormally.
 
         Raises TimeoutError when nothing arrives within ``timeout`` seconds.
         """
-        async with asyncio.timeout(timeout):
-            while not self._incoming:
-                self._incoming_ready.clear()
-                await self._incoming_ready.wait()
-        item = self._incoming[0]
-        if isinstance(item, _End):
-            if item.error is not None:
-                raise item.error
-            return None
-        self._incoming.popleft()
-        return item
+        return await self._incoming.next(timeout)
 
     async def frames(self, *, unpack_histories: bool = True) -> AsyncIterator[Delivered]:
         """Every frame delivered to this client, each as a :class:`Delivered`.

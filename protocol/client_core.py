@@ -55,22 +55,23 @@ folded when their echo arrives; a delete request is never logged, the master's c
 the frame leaves on a socket (a live frame at once, buffered frames inside the history that
 carries them). A sender's view can therefore order its own frames slightly differently from
 the log when frames from other participants cross them in flight.
+
+Beside the core, sans I/O too: :mod:`protocol.own_frames` (where each frame of ours waits:
+buffered, in flight, deferred), :mod:`protocol.reattach` (the history that fits in one frame),
+:mod:`protocol.resends` (the rounds after ``store_unavailable``), :mod:`protocol.commits` (what
+the master committed or refused) and :mod:`protocol.client_frames` (what callers are handed).
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Generic
-
-import msgspec
+from typing import Any, Generic
 
 from . import codec
-from .buffers import BoundedBuffer, BufferedItem, buffer_status
+from .buffers import BufferedItem
 from .client_errors import ClientError, FrameLost
+from .client_frames import DEFAULT_BUFFER, Delivered, create_spec, is_request, unpacked
 from .commits import CommitLedger, FutureT
 from .errors import CloseCode, DirectionError, InvalidFrame, ProtocolError
 from .frames import (
@@ -86,20 +87,21 @@ from .frames import (
     Hello,
     HelloPayload,
     History,
-    HistoryPayload,
     Renamed,
     Resume,
     Role,
     SessionError,
     Welcome,
 )
-from .outgoing import OutgoingBuffer, merge_status
+from .own_frames import OwnFrames
+from .reattach import fitting_history
 from .reconnect import Backoff
 from .resends import DEFAULT_RESEND_ROUNDS, Resends, is_store_refusal
 from .snapshot import ClientSnapshot
 from .state import allowed_types
 from .view import SessionView
 
+# ClientCore, and the names defined beside it that callers have imported from here.
 __all__ = [
     "DEFAULT_BUFFER",
     "ClientCore",
@@ -108,28 +110,6 @@ __all__ = [
     "is_request",
     "unpacked",
 ]
-
-DEFAULT_BUFFER: Final = BufferRequest(policy="RING", capacity_bytes=256 * 1024)
-"""The buffer asked for when none is given: RING over 256 KiB (fits in one 1 MiB frame)."""
-
-_SENT_TIMES: Final = 4096  # message id -> timestamp of recent own frames (last_sync_timestamp)
-
-
-@dataclass(frozen=True, slots=True)
-class Delivered:
-    """One frame as :meth:`RawpClient.frames` yields it.
-
-    ``replayed`` is True for a frame that arrived inside a ``session.history`` (§7.1.1): the
-    master's backlog on (re)attach, or an agent's reattach history; ``history`` is then that
-    History frame. Live frames have ``replayed`` False and no ``history``.
-    """
-
-    frame: Frame | GenericFrame
-    replayed: bool = False
-    history: History | None = None
-
-
-# --- persistence ---------------------------------------------------------------------------
 
 
 class ClientCore(Generic[FutureT]):
@@ -166,14 +146,8 @@ class ClientCore(Generic[FutureT]):
         self.undecodable_frames = 0
         self._attached_before = False
         self._turn_index = -1
-        self._last_sync: tuple[str, _dt.datetime] | None = None
         self._max_frame_bytes: int | None = None
-        self._outgoing = OutgoingBuffer(buffer_request.policy, buffer_request.capacity_bytes)
-        window = in_flight_bytes if in_flight_bytes is not None else buffer_request.capacity_bytes
-        self._in_flight: BoundedBuffer[Frame] = BoundedBuffer("RING", max(window, 0))
-        self._sent_times: OrderedDict[str, _dt.datetime] = OrderedDict()
-        self._deferred: list[BufferedItem[Frame]] = []  # requests that must not ride a history
-        self._pending_status: BufferStatus | None = None  # a history's status that never left
+        self._own = OwnFrames(buffer_request, in_flight_bytes)
         self._deleted = False
         self._received_since_ack = 0
         self._acked = 0
@@ -194,22 +168,13 @@ class ClientCore(Generic[FutureT]):
         self.epoch = snapshot.epoch
         self._attached_before = snapshot.attached_before
         self._turn_index = snapshot.turn_index
-        if snapshot.last_sync_message_id is not None and snapshot.last_sync_timestamp:
-            self._last_sync = (snapshot.last_sync_message_id, snapshot.last_sync_timestamp)
-        self._outgoing = OutgoingBuffer.restore(snapshot.outgoing)
-        for raw in snapshot.in_flight:
-            frame = codec.decode(raw)
-            if isinstance(frame, Frame):
-                self._in_flight.push(bytes(raw), frame)
-        for raw in snapshot.deferred:
-            frame = codec.decode(raw)
-            if isinstance(frame, Frame):
-                self._deferred.append(BufferedItem(bytes(raw), frame))
+        self._own.restore(snapshot)
         # §7.8.2: restoring persisted state when the connection no longer exists finalizes.
         self.view = SessionView.restore(snapshot.view, finalize_now=True)
 
     def snapshot(self) -> ClientSnapshot:
         """This client's state, as :meth:`save` writes it."""
+        synced = self._own.last_sync
         return ClientSnapshot(
             url=self.url,
             session_id=self.session_id,
@@ -218,11 +183,11 @@ class ClientCore(Generic[FutureT]):
             epoch=self.epoch,
             attached_before=self._attached_before,
             turn_index=self._turn_index,
-            last_sync_message_id=self._last_sync[0] if self._last_sync else None,
-            last_sync_timestamp=self._last_sync[1] if self._last_sync else None,
-            outgoing=self._outgoing.saved(),
-            in_flight=[msgspec.Raw(item.data) for item in self._in_flight.items],
-            deferred=[msgspec.Raw(item.data) for item in self._deferred],
+            last_sync_message_id=synced[0] if synced else None,
+            last_sync_timestamp=synced[1] if synced else None,
+            outgoing=self._own.outgoing.saved(),
+            in_flight=self._own.saved_in_flight(),
+            deferred=self._own.saved_deferred(),
             view=self.view.snapshot(),
             saved_at=codec.now(),
         )
@@ -237,16 +202,16 @@ class ClientCore(Generic[FutureT]):
     @property
     def buffered(self) -> int:
         """Frames waiting in the outgoing buffer."""
-        return len(self._outgoing.buffer)
+        return len(self._own.outgoing.buffer)
 
     def buffer_status(self) -> BufferStatus:
         """The §7.1.1 status the outgoing buffer would be sent with now."""
-        return self._outgoing.status()
+        return self._own.outgoing.status()
 
     @property
     def in_flight(self) -> int:
         """Frames written to a socket whose commit the master has not acknowledged yet."""
-        return len(self._in_flight)
+        return len(self._own.in_flight)
 
     @property
     def unsettled(self) -> int:
@@ -298,13 +263,8 @@ class ClientCore(Generic[FutureT]):
         self._histories.clear()
         received = w.received.last_message_id if w.received is not None else None
         if received:
-            self._commits.received_through(received, head, self._unsettled())
+            self._commits.received_through(received, head, self._own.unsettled_ids())
         self.view.receive(welcome)
-
-    def _unsettled(self) -> list[str]:
-        """Our frames not yet known committed, in the order they were made."""
-        items = [*self._in_flight.items, *self._outgoing.items, *self._deferred]
-        return [item.value.message_id for item in items]
 
     # --- the reattach history (§7.1.1) -----------------------------------------------------
 
@@ -317,39 +277,38 @@ class ClientCore(Generic[FutureT]):
         that fails leaves the rest undone, as if the loop had stopped there.
         """
         received = welcome.payload.received.last_message_id if welcome.payload.received else None
-        synced = self._synced_frame(received, welcome)
-        if received:
-            self._in_flight.discard_through(lambda frame: frame.message_id == received)
-        resend = self._in_flight.items
-        buffered, status = self._outgoing.take()
-        if self._pending_status is not None:
-            status = merge_status(self._pending_status, status)
-        for item in buffered:  # from now on they are in flight: sent, not known received
-            self._in_flight.push(item.data, item.value)
-        items = [*resend, *buffered]
+        own = self._own
+        synced = own.synced_frame(received, welcome.payload.session.created_at)
+        items, status = own.take_for_reattach(received)
         if self.role == "client":
             carried: set[str] = set()
             if self._attached_before or items or status.truncated:
-                history, sent = self._history(items, status, synced)
-                self._pending_status = history.payload.buffer_status
+                history, sent = fitting_history(
+                    items,
+                    status,
+                    synced,
+                    max_frame_bytes=self._max_frame_bytes,
+                    envelope=self._envelope,
+                )
+                own.pending_status = history.payload.buffer_status
                 carried = {item.value.message_id for item in sent}
                 self._commits.wrote(history.message_id, [item.value.message_id for item in sent])
                 self._histories.append(history.message_id)
                 yield codec.encode(history)
-                self._pending_status = None
+                own.pending_status = None
                 for item in sent:
-                    self._remember_sent(item.value)
+                    own.remember_sent(item.value)
                 self.view.fold(history, "client")
             # Frames the window or the history's size limit shed never reach the master.
-            keep = carried | {item.value.message_id for item in self._deferred}
-            keep |= {item.value.message_id for item in self._outgoing.items}
+            keep = carried | {item.value.message_id for item in own.deferred}
+            keep |= own.buffered_ids()
             self._commits.fail_all(keep, FrameLost("shed while disconnected (§7.1.1 buffer)"))
-            while self._deferred:
-                item = self._deferred[0]
+            while own.deferred:
+                item = own.deferred[0]
                 self._commits.wrote(item.value.message_id, [item.value.message_id])
                 yield item.data
-                self._deferred.pop(0)
-                self._remember_sent(item.value)
+                own.deferred.pop(0)
+                own.remember_sent(item.value)
                 self._fold_own(item.value)
         else:
             if status.truncated:
@@ -358,70 +317,14 @@ class ClientCore(Generic[FutureT]):
                     f"{lost if lost is not None else 'some'} frame(s) sent while disconnected "
                     f"were lost ({status.policy_applied} buffer)"
                 )
-            keep = {item.value.message_id for item in (*items, *self._outgoing.items)}
+            keep = {item.value.message_id for item in items} | own.buffered_ids()
             self._commits.fail_all(keep, FrameLost("shed while disconnected (§7.1.1 buffer)"))
             for item in items:
                 self._commits.wrote(item.value.message_id, [item.value.message_id])
                 yield item.data
-                self._remember_sent(item.value)
+                own.remember_sent(item.value)
                 self._fold_own(item.value)
         self._attached_before = True
-
-    def _synced_frame(self, received: str | None, welcome: Welcome) -> tuple[str, _dt.datetime]:
-        """The last frame the master is known to have from us, and its timestamp."""
-        if received:
-            for item in self._in_flight.items:
-                if item.value.message_id == received:
-                    self._last_sync = (received, item.value.timestamp)
-                    return self._last_sync
-            if received in self._sent_times:
-                self._last_sync = (received, self._sent_times[received])
-                return self._last_sync
-            if self._last_sync is not None and self._last_sync[0] == received:
-                return self._last_sync
-            return (received, welcome.payload.session.created_at)
-        return ("", welcome.payload.session.created_at)
-
-    def _history(
-        self,
-        items: list[BufferedItem[Frame]],
-        status: BufferStatus,
-        synced: tuple[str, _dt.datetime],
-    ) -> tuple[History, list[BufferedItem[Frame]]]:
-        """One ``session.history`` that fits in the master's max frame size."""
-
-        def build(kept: list[BufferedItem[Frame]], extra_lost: int) -> History:
-            status_ = status
-            if extra_lost:
-                lost = status.lost_frame_count
-                status_ = buffer_status(
-                    status.policy_applied,
-                    lost_frame_count=None if lost is None else lost + extra_lost,
-                    buffer_high_watermark=status.buffer_high_watermark or 0,
-                )
-            return History(
-                payload=HistoryPayload(
-                    frames=[msgspec.Raw(item.data) for item in kept],
-                    buffer_status=status_,
-                    last_sync_timestamp=synced[1],
-                    last_message_id=synced[0],
-                ),
-                **self._envelope(),
-            )
-
-        limit = self._max_frame_bytes
-        history = build(items, 0)
-        if limit is None or len(codec.encode(history)) <= limit:
-            return history, items
-        # Too big for one frame: shed frames the way the policy would (RING the oldest,
-        # DROP the newest) and count them as lost.
-        overhead = len(codec.encode(build([], 0))) + 64
-        kept = list(items)
-        size = sum(item.size + 1 for item in kept)
-        while kept and overhead + size > limit:
-            shed = kept.pop(0 if status.policy_applied != "DROP" else -1)
-            size -= shed.size + 1
-        return build(kept, len(items) - len(kept)), kept
 
     # --- receiving -------------------------------------------------------------------------
 
@@ -439,7 +342,7 @@ class ClientCore(Generic[FutureT]):
             if p.last_message_id is not None:
                 newest = self._commits.acked(p.last_message_id, p.last_seq)
                 if newest is not None:
-                    self._in_flight.discard_through(lambda sent: sent.message_id == newest)
+                    self._own.acknowledged(newest)
                     self._resends.acknowledged()
             return None  # a connection frame: neither folded nor yielded
         if frame.seq is not None:
@@ -484,10 +387,7 @@ class ClientCore(Generic[FutureT]):
             return False
         ref = error.payload.ref_message_id
         assert ref is not None
-        return self._resends.refused(ref, self._window_ids(), self._histories)
-
-    def _window_ids(self) -> list[str]:
-        return [item.value.message_id for item in self._in_flight.items]
+        return self._resends.refused(ref, self._own.window_ids(), self._histories)
 
     @property
     def resend_due(self) -> bool:
@@ -511,17 +411,12 @@ class ClientCore(Generic[FutureT]):
         The waiting frames count as in flight once the round starts, so a write that fails
         leaves them to the reattach, which carries the whole window.
         """
-        again = self._resends.take(self._window_ids())
+        again = self._resends.take(self._own.window_ids())
         if again is None:
             return None
-        resend = self._in_flight.items[len(self._in_flight) - len(again) :] if again else []
-        waited, _status = self._outgoing.take()
-        deferred, self._deferred = self._deferred, []
-        fresh = [*waited, *deferred]
-        for item in fresh:
-            self._in_flight.push(item.data, item.value)
+        resend, fresh = self._own.take_for_resend(len(again))
         # A frame the buffers or the window shed meanwhile never reaches the master.
-        keep = set(self._window_ids()) | {item.value.message_id for item in self._outgoing.items}
+        keep = set(self._own.window_ids()) | self._own.buffered_ids()
         self._commits.fail_all(keep, FrameLost("shed while the store was unavailable (§7)"))
         return self._round(resend, fresh)
 
@@ -534,7 +429,7 @@ class ClientCore(Generic[FutureT]):
         for item in fresh:
             self._commits.wrote(item.value.message_id, [item.value.message_id])
             yield item.data
-            self._remember_sent(item.value)
+            self._own.remember_sent(item.value)
             self._fold_own(item.value)
 
     # --- sending ---------------------------------------------------------------------------
@@ -549,11 +444,6 @@ class ClientCore(Generic[FutureT]):
         }
 
     _envelope = envelope
-
-    def _remember_sent(self, frame: Frame) -> None:
-        self._sent_times[frame.message_id] = frame.timestamp
-        if len(self._sent_times) > _SENT_TIMES:
-            self._sent_times.popitem(last=False)
 
     def _fold_own(self, frame: Frame) -> None:
         # The master echoes a rename to its sender (notes §15.9): that copy, with its seq, is
@@ -576,52 +466,11 @@ class ClientCore(Generic[FutureT]):
 
     def _sent_live(self, data: bytes, frame: Frame) -> None:
         """``frame`` left on a live socket: in flight until the master acknowledges it."""
-        self._in_flight.push(data, frame)
-        self._remember_sent(frame)
+        self._own.sent_live(data, frame)
         self._fold_own(frame)
 
     def _hold(self, data: bytes, frame: Frame) -> None:
         """No live socket: keep ``frame`` for the next reattach."""
-        if self.role == "client" and is_request(frame):
-            # A delete request or a fatal error starts the master's termination procedure
-            # only when it arrives live (notes §9): it follows the history, never in it.
-            self._deferred.append(BufferedItem(data, frame))
-        else:
-            self._outgoing.push(data, frame)
-
-
-# --- helpers -------------------------------------------------------------------------------
-
-
-def unpacked(history: History) -> list[Frame | GenericFrame]:
-    """The frames inside ``history``, histories inside it opened too (a backlog holds the
-    agent's logged reattach histories as entries)."""
-    frames: list[Frame | GenericFrame] = []
-    for raw in history.payload.frames:
-        try:
-            inner = codec.decode(raw)
-        except ProtocolError:
-            continue  # what the master logged was checked; tolerate entries of older builds
-        if isinstance(inner, History):
-            frames.extend(unpacked(inner))
-        else:
-            frames.append(inner)
-    return frames
-
-
-def create_spec(create: CreateSpec | str | bool | None) -> CreateSpec | None:
-    """The create spec a ``create=`` argument stands for (None: do not create)."""
-    if create is None or create is False:
-        return None
-    if create is True:
-        return CreateSpec()
-    if isinstance(create, str):
-        return CreateSpec(name=create)
-    return create
-
-
-def is_request(frame: Frame) -> bool:
-    """A frame that asks the master to act (notes §9) rather than one the log keeps."""
-    if isinstance(frame, Deleted):
-        return True
-    return isinstance(frame, SessionError) and frame.payload.fatal
+        # A delete request or a fatal error starts the master's termination procedure only
+        # when it arrives live (notes §9): it follows the history, never in it.
+        self._own.hold(data, frame, after_history=self.role == "client" and is_request(frame))

@@ -31,7 +31,7 @@ from typing import Final, Literal
 
 import msgspec
 
-from protocol.errors import StoreError, StoreUnavailableError
+from protocol.errors import FormatVersionError, StoreError, StoreUnavailableError
 from protocol.frames import BufferGrant
 
 __all__ = [
@@ -45,6 +45,8 @@ __all__ = [
     "SessionHeader",
     "Store",
     "StoreOpenError",
+    "checked_format",
+    "newer_format",
     "received_of",
 ]
 
@@ -58,6 +60,14 @@ _SCAN_LIMIT: Final = 4096  # how far back Store.last_received's default looks
 class StoreOpenError(StoreError):
     """The store cannot be opened (a database that is not RAWP's, damaged, newer, read-only
     or owned by another process). The message is one line naming the file (seed 004)."""
+
+
+def newer_format(session_id: str, version: int) -> FormatVersionError:
+    """The error every backend raises for a session whose header a newer build wrote."""
+    return FormatVersionError(
+        f"session {session_id} was written by a newer build (format {version} > "
+        f"{FORMAT_VERSION}); upgrade this master"
+    )
 
 
 class SessionHeader(msgspec.Struct, kw_only=True):
@@ -84,6 +94,13 @@ class SessionHeader(msgspec.Struct, kw_only=True):
     def archived(self) -> bool:
         """True once the session ended and was archived (status ``terminated``, notes §16.1)."""
         return self.ended_at is not None
+
+
+def checked_format(header: SessionHeader) -> SessionHeader:
+    """The header, unless a newer build wrote it (:func:`newer_format`)."""
+    if header.format_version > FORMAT_VERSION:
+        raise newer_format(header.session_id, header.format_version)
+    return header
 
 
 class NewEntry(msgspec.Struct, kw_only=True, array_like=True):

@@ -13,10 +13,9 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from protocol.errors import FormatVersionError, SessionMissing
+from protocol.errors import SessionMissing
 
 from .base import (
-    FORMAT_VERSION,
     AppendResult,
     Credential,
     Deadline,
@@ -25,6 +24,7 @@ from .base import (
     ParticipantRecord,
     SessionHeader,
     Store,
+    checked_format,
     received_of,
 )
 
@@ -78,12 +78,7 @@ class MemoryStore(Store):
         s = self._get(session_id)
         if s is None:
             return None
-        if s.header.format_version > FORMAT_VERSION:
-            raise FormatVersionError(
-                f"session {session_id} was written by a newer build (format "
-                f"{s.header.format_version} > {FORMAT_VERSION}); upgrade this master"
-            )
-        return s.header
+        return checked_format(s.header)
 
     async def is_deleted(self, session_id: str) -> bool:
         return session_id in self._tombstones

@@ -21,8 +21,8 @@ from typing import Any, Final
 
 from protocol.errors import SessionMissing, StoreError, StoreUnavailableError
 
-from ..base import FORMAT_VERSION, AppendResult, NewEntry
-from .errors import NodeFencedError, mapped, newer_format
+from ..base import FORMAT_VERSION, AppendResult, NewEntry, newer_format
+from .errors import NodeFencedError, mapped
 from .framing import encode, pack_batch
 from .keys import SessionKeys, check_id
 

@@ -8,11 +8,9 @@ from typing import Final
 
 import redis.exceptions as rexc
 
-from protocol.errors import FormatVersionError, StoreError, StoreUnavailableError
+from protocol.errors import StoreError, StoreUnavailableError
 
-from ..base import FORMAT_VERSION
-
-__all__ = ["NodeFencedError", "mapped", "newer_format", "store_error"]
+__all__ = ["NodeFencedError", "mapped", "store_error"]
 
 # ResponseError prefixes that mean "Redis cannot take writes right now", not "bad request".
 _UNAVAILABLE_REPLIES: Final = (
@@ -55,11 +53,3 @@ def mapped() -> Iterator[None]:
         yield
     except (TimeoutError, OSError, rexc.RedisError) as exc:
         raise store_error(exc) from exc
-
-
-def newer_format(session_id: str, version: int) -> FormatVersionError:
-    """The error for a session whose header a newer build wrote."""
-    return FormatVersionError(
-        f"session {session_id} was written by a newer build (format {version} > "
-        f"{FORMAT_VERSION}); upgrade this master"
-    )

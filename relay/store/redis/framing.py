@@ -12,8 +12,15 @@ from typing import Final
 
 import msgspec
 
-from ..base import FORMAT_VERSION, Credential, LogEntry, NewEntry, ParticipantRecord, SessionHeader
-from .errors import newer_format
+from ..base import (
+    FORMAT_VERSION,
+    Credential,
+    LogEntry,
+    NewEntry,
+    ParticipantRecord,
+    SessionHeader,
+    newer_format,
+)
 
 __all__ = [
     "array_header",

@@ -1,0 +1,404 @@
+"""SqliteStore: the durable embedded store, one SQLite file owned by one ``rawp serve``.
+
+The facade the hub uses (the :class:`~relay.store.base.Store` interface); the parts are beside
+it: the layout (schema.py) and its statements, opening the file (opening.py), the writer thread
+(writer.py), an append (appending.py) and the rows (rows.py). Writes are queued to the one
+writer and group-committed; ``append_nowait(after=)`` queues at once behind the write it names.
+Reads run on their own connections in a small thread pool (WAL readers never wait for the
+writer), so the event loop never touches the disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import sqlite3
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from protocol.errors import StoreUnavailableError
+
+from ..base import (
+    AppendResult,
+    Credential,
+    Deadline,
+    LogEntry,
+    NewEntry,
+    ParticipantRecord,
+    SessionHeader,
+    Store,
+    StoreOpenError,
+    checked_format,
+)
+from .appending import append_entries
+from .opening import FileLock, open_connection, open_writer
+from .rows import (
+    decode_credential,
+    decode_participant,
+    encode_record,
+    entry_of,
+    header_of,
+    header_row,
+)
+from .schema import PROBE_WRITE
+from .statements import (
+    ADD_TOMBSTONE,
+    ARCHIVE,
+    ARCHIVED_BEFORE,
+    CLEAR_DEADLINE,
+    COPY_PREFIX,
+    DELETE_DEADLINES,
+    DELETE_LOG,
+    DELETE_PARTICIPANTS,
+    DELETE_RECEIVED,
+    DELETE_SESSION,
+    DROP_TOMBSTONE,
+    DUE_DEADLINES,
+    GET_CREDENTIAL,
+    GET_PARTICIPANT,
+    GET_RECEIVED,
+    HAS_TOMBSTONE,
+    INSERT_SESSION,
+    LIST_HEADERS,
+    LIST_PARTICIPANTS,
+    PREFIX_BOUNDS,
+    PUT_CREDENTIAL,
+    PUT_PARTICIPANT,
+    READ_RANGE,
+    RECOVERY_CANDIDATES,
+    REMOVE_PARTICIPANT,
+    RENAME,
+    SELECT_HEADER,
+    SELECT_POSITION,
+    SEQ_OF_MESSAGE,
+    SET_DEADLINE,
+)
+from .writer import Write, Writer, unavailable
+
+__all__ = ["SqliteStore"]
+
+T = TypeVar("T")
+
+_READERS: Final = 2
+
+
+class SqliteStore(Store):
+    """One SQLite database file, owned by this process (notes §16.2)."""
+
+    name = "sqlite"
+
+    def __init__(self, path: str | os.PathLike[str], *, retention: int | None = None) -> None:
+        self.path = Path(path)
+        self._retention = retention
+        self._lock = FileLock(self.path)
+        self._writer: Writer | None = None
+        self._readers: concurrent.futures.ThreadPoolExecutor | None = None
+        self._reader_local = threading.local()
+        self._reader_connections: list[sqlite3.Connection] = []
+        self._reader_guard = threading.Lock()
+        self._writes: weakref.WeakKeyDictionary[asyncio.Future[Any], Write[Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._writer is None:
+            await asyncio.to_thread(self.open_blocking)
+
+    def open_blocking(self) -> None:
+        """:meth:`start` without an event loop (it blocks on the disk): tools and tests."""
+        if self._writer is not None:
+            return
+        path = self.path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreOpenError(f"cannot create the directory of {path}: {exc}") from None
+        self._lock.acquire(path)
+        try:
+            writer = open_writer(path)
+        except BaseException:
+            self._lock.release()
+            raise
+        self._writer = Writer(writer, path)
+        self._writer.start()
+        self._readers = concurrent.futures.ThreadPoolExecutor(
+            _READERS, thread_name_prefix="rawp-sqlite-reader"
+        )
+
+    async def close(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.jobs.put(None)  # after every queued write: they are committed first
+            await asyncio.to_thread(writer.join)
+        readers, self._readers = self._readers, None
+        if readers is not None:
+            readers.shutdown(wait=True)
+        with self._reader_guard:
+            for connection in self._reader_connections:
+                connection.close()
+            self._reader_connections.clear()
+        self._lock.release()
+
+    async def ping(self) -> bool:
+        if self._writer is None:
+            return False
+        try:
+            if not self._writer.healthy:
+                # The last transaction failed (disk full, locked): a small write tells
+                # whether writes work again, so readiness recovers without traffic.
+                await self._write(lambda db: db.execute(PROBE_WRITE))
+            await self._read(lambda db: db.execute("SELECT 1").fetchone())
+        except StoreUnavailableError:
+            return False
+        return True
+
+    def limit_pages(self, max_pages: int | None) -> asyncio.Future[int]:
+        """Fault injection (tests, bench): cap the file at ``max_pages`` pages, so writes past
+        it fail with SQLITE_FULL exactly as on a full disk; None lifts the cap."""
+        pages = 2**31 - 2 if max_pages is None else max_pages
+        return self._write(
+            lambda db: db.execute(f"PRAGMA max_page_count = {int(pages)}").fetchone()[0]
+        )
+
+    # --- plumbing --------------------------------------------------------------------------
+
+    def _write(
+        self,
+        apply: Callable[[sqlite3.Connection], T],
+        after: Write[Any] | None = None,
+    ) -> asyncio.Future[T]:
+        writer = self._writer
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        if writer is None:
+            future.set_exception(StoreUnavailableError(f"sqlite store {self.path} is closed"))
+            return future
+        write = Write(apply, future, loop, after)
+        self._writes[future] = write
+        writer.jobs.put(write)
+        return future
+
+    def _reader(self) -> sqlite3.Connection:
+        connection: sqlite3.Connection | None = getattr(self._reader_local, "db", None)
+        if connection is None:
+            connection = open_connection(self.path, read_only=True)
+            self._reader_local.db = connection
+            with self._reader_guard:
+                self._reader_connections.append(connection)
+        return connection
+
+    async def _read(self, query: Callable[[sqlite3.Connection], T]) -> T:
+        readers = self._readers
+        if readers is None:
+            raise StoreUnavailableError(f"sqlite store {self.path} is closed")
+
+        def run() -> T:
+            try:
+                return query(self._reader())
+            except sqlite3.Error as exc:
+                raise unavailable(self.path, exc) from None
+
+        return await asyncio.get_running_loop().run_in_executor(readers, run)
+
+    # --- sessions --------------------------------------------------------------------------
+
+    async def create_session(self, header: SessionHeader) -> tuple[SessionHeader, bool]:
+        def apply(db: sqlite3.Connection) -> tuple[SessionHeader, bool]:
+            row = header_row(header, head=0, first_seq=1)
+            if db.execute(INSERT_SESSION, row).rowcount:
+                db.execute(DROP_TOMBSTONE, (header.session_id,))
+                return header, True
+            return header_of(db.execute(SELECT_HEADER, (header.session_id,)).fetchone()), False
+
+        return await self._write(apply)
+
+    async def get_session(self, session_id: str) -> SessionHeader | None:
+        row = await self._read(lambda db: db.execute(SELECT_HEADER, (session_id,)).fetchone())
+        return None if row is None else checked_format(header_of(row))
+
+    async def is_deleted(self, session_id: str) -> bool:
+        row = await self._read(lambda db: db.execute(HAS_TOMBSTONE, (session_id,)).fetchone())
+        return row is not None
+
+    async def list_sessions(
+        self, workspace: str, *, after: str | None = None, limit: int = 100
+    ) -> list[SessionHeader]:
+        rows = await self._read(
+            lambda db: db.execute(LIST_HEADERS, (workspace, after or "", limit)).fetchall()
+        )
+        return [header_of(r) for r in rows]
+
+    async def rename_session(self, session_id: str, name: str) -> None:
+        await self._write(lambda db: db.execute(RENAME, (name, session_id)))
+
+    async def delete_session(self, session_id: str) -> bool:
+        def apply(db: sqlite3.Connection) -> bool:
+            db.execute(DELETE_DEADLINES, (session_id,))
+            existed = db.execute(DELETE_SESSION, (session_id,)).rowcount > 0
+            if not existed:
+                return False
+            db.execute(DELETE_LOG, (session_id,))
+            db.execute(DELETE_RECEIVED, (session_id,))
+            db.execute(DELETE_PARTICIPANTS, (session_id,))
+            db.execute(ADD_TOMBSTONE, (session_id,))
+            return True
+
+        return await self._write(apply)
+
+    async def archive_session(
+        self, session_id: str, *, ended_at: str, ended_at_ms: int, reason: str, deleted_by: str
+    ) -> bool:
+        def apply(db: sqlite3.Connection) -> bool:
+            args = (ended_at, ended_at_ms, reason, deleted_by, session_id)
+            if db.execute(ARCHIVE, args).rowcount == 0:
+                return False
+            db.execute(DELETE_PARTICIPANTS, (session_id,))
+            db.execute(DELETE_DEADLINES, (session_id,))
+            return True
+
+        return await self._write(apply)
+
+    async def archived_before(self, cutoff_ms: int, limit: int = 100) -> list[str]:
+        rows = await self._read(
+            lambda db: db.execute(ARCHIVED_BEFORE, (cutoff_ms, limit)).fetchall()
+        )
+        return [r[0] for r in rows]
+
+    async def recovery_candidates(self) -> list[str]:
+        rows = await self._read(lambda db: db.execute(RECOVERY_CANDIDATES).fetchall())
+        return sorted(r[0] for r in rows)
+
+    # --- the log ---------------------------------------------------------------------------
+
+    async def append(self, session_id: str, entries: Sequence[NewEntry]) -> list[AppendResult]:
+        return await self.append_nowait(session_id, entries)
+
+    def append_nowait(
+        self,
+        session_id: str,
+        entries: Sequence[NewEntry],
+        *,
+        after: asyncio.Future[list[AppendResult]] | None = None,
+    ) -> asyncio.Future[list[AppendResult]]:
+        """Queue at once behind the previous writes (see the base class)."""
+        previous: Write[Any] | None = None
+        if after is not None:
+            previous = self._writes.get(after)
+            if previous is None:  # not one of ours: wait for it as the base class does
+                return super().append_nowait(session_id, entries, after=after)
+        batch = list(entries)
+        retention = self._retention
+        return self._write(lambda db: append_entries(db, session_id, batch, retention), previous)
+
+    async def read(
+        self,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        before_seq: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[LogEntry]:
+        query = READ_RANGE.format(order="DESC" if newest_first else "ASC")
+        before = 2**62 if before_seq is None else before_seq
+        args = (session_id, after_seq, before, -1 if limit is None else limit)
+        rows = await self._read(lambda db: db.execute(query, args).fetchall())
+        return [entry_of(r) for r in rows]
+
+    async def head_seq(self, session_id: str) -> int:
+        row = await self._read(lambda db: db.execute(SELECT_POSITION, (session_id,)).fetchone())
+        return 0 if row is None else int(row[0])
+
+    async def trimmed_before(self, session_id: str) -> int:
+        def query(db: sqlite3.Connection) -> int:
+            row = db.execute(SELECT_POSITION, (session_id,)).fetchone()
+            if row is None:
+                return 1
+            head, first = int(row[0]), int(row[1])
+            return first if head >= first else head + 1
+
+        return await self._read(query)
+
+    async def message_seq(self, session_id: str, message_id: str) -> int | None:
+        row = await self._read(
+            lambda db: db.execute(SEQ_OF_MESSAGE, (session_id, message_id)).fetchone()
+        )
+        return None if row is None else int(row[0])
+
+    async def last_received(self, session_id: str, participant_id: str) -> str | None:
+        """One row of ``received``, kept by each append (a fork starts with none, as on Redis)."""
+        row = await self._read(
+            lambda db: db.execute(GET_RECEIVED, (session_id, participant_id)).fetchone()
+        )
+        return None if row is None else str(row[0])
+
+    async def fork_session(self, source_id: str, header: SessionHeader, at_seq: int) -> bool:
+        def apply(db: sqlite3.Connection) -> bool:
+            if db.execute(SELECT_POSITION, (source_id,)).fetchone() is None:
+                return False
+            if db.execute(SELECT_POSITION, (header.session_id,)).fetchone() is not None:
+                return False
+            db.execute(COPY_PREFIX, (header.session_id, source_id, at_seq))
+            low, high = db.execute(PREFIX_BOUNDS, (header.session_id,)).fetchone()
+            db.execute(INSERT_SESSION, header_row(header, head=high or 0, first_seq=low or 1))
+            db.execute(DROP_TOMBSTONE, (header.session_id,))
+            return True
+
+        return await self._write(apply)
+
+    # --- participants and deadlines --------------------------------------------------------
+
+    async def put_participant(self, session_id: str, record: ParticipantRecord) -> None:
+        packed = encode_record(record)
+        pid = record.participant_id
+        args = (session_id, pid, int(record.attached), packed, session_id)
+        await self._write(lambda db: db.execute(PUT_PARTICIPANT, args))
+
+    async def get_participant(
+        self, session_id: str, participant_id: str
+    ) -> ParticipantRecord | None:
+        row = await self._read(
+            lambda db: db.execute(GET_PARTICIPANT, (session_id, participant_id)).fetchone()
+        )
+        return None if row is None else decode_participant(row[0])
+
+    async def list_participants(self, session_id: str) -> list[ParticipantRecord]:
+        rows = await self._read(lambda db: db.execute(LIST_PARTICIPANTS, (session_id,)).fetchall())
+        return [decode_participant(r[0]) for r in rows]
+
+    async def remove_participant(self, session_id: str, participant_id: str) -> None:
+        await self._write(lambda db: db.execute(REMOVE_PARTICIPANT, (session_id, participant_id)))
+
+    async def set_deadline(self, deadline: Deadline) -> None:
+        args = (deadline.session_id, deadline.participant_id, deadline.due_ms)
+        await self._write(lambda db: db.execute(SET_DEADLINE, args))
+
+    async def clear_deadline(self, session_id: str, participant_id: str) -> None:
+        await self._write(lambda db: db.execute(CLEAR_DEADLINE, (session_id, participant_id)))
+
+    async def claim_due_deadlines(self, now_ms: int, limit: int = 100) -> list[Deadline]:
+        if limit <= 0:
+            return []
+
+        def apply(db: sqlite3.Connection) -> list[Deadline]:
+            rows = db.execute(DUE_DEADLINES, (now_ms, limit)).fetchall()
+            db.executemany(CLEAR_DEADLINE, [(r[0], r[1]) for r in rows])
+            return [Deadline(session_id=r[0], participant_id=r[1], due_ms=r[2]) for r in rows]
+
+        return await self._write(apply)
+
+    # --- credentials -----------------------------------------------------------------------
+
+    async def put_credential(self, credential: Credential) -> None:
+        args = (credential.digest, encode_record(credential))
+        await self._write(lambda db: db.execute(PUT_CREDENTIAL, args))
+
+    async def get_credential(self, digest: str) -> Credential | None:
+        row = await self._read(lambda db: db.execute(GET_CREDENTIAL, (digest,)).fetchone())
+        return None if row is None else decode_credential(row[0])
