@@ -63,8 +63,9 @@ class Effects:
 
         ``frame`` is committed (a delete request: accepted) and delivered already. ``owner``
         is True on the node that committed it: it writes the side effects to the store and
-        ends the session; False for another node's entry (or one read back from the log past
-        this node's head), whose owner does those. ``sender_id`` is the entry's sender (the
+        ends the session — also for one of its own entries whose store reply was lost, found
+        in the log later (:meth:`.pipeline.CommitPipeline.claim`); False for another node's
+        entry, whose owner does those. ``sender_id`` is the entry's sender (the
         master of another node, for one); ``sender`` the local participant that sent it.
         """
         core = self.core

@@ -55,6 +55,7 @@ _BATCH: Final = 512
 # Redis calls under load: 4 carried ~6 % more than 2 (make bench ARGS=throughput).
 _DEPTH: Final = 4
 _BATCHES_PER_HOLD: Final = 16  # then the lock is released, so attaches are not starved
+_MAYBE_LOGGED_MAX: Final = 4096  # refused frames remembered as perhaps logged (claim)
 _FIRST: Final = asyncio.FIRST_COMPLETED
 # Effects that end the session: the frame is the last of its batch, and nothing after it in
 # the inbox is judged (the session is over once its effect is applied).
@@ -122,6 +123,10 @@ class CommitPipeline:
         self._inflight: deque[_InFlight] = deque()
         self._unsettled_ids: set[str] = set()
         self._refold = False  # a settled batch asked for a refold once the pipeline is empty
+        # Message ids of this node's frames refused on a store error the store may have
+        # applied all the same (its reply lost): found in the log later, they are ours, and
+        # their effects are the owner's (see claim). Oldest first, bounded.
+        self._maybe_logged: dict[str, None] = {}
         self._arrival: asyncio.Future[None] | None = None  # the pipeline waits for frames
         self._worker: asyncio.Task[None] | None = None
 
@@ -414,6 +419,7 @@ class CommitPipeline:
         pending = item.pending
         for p in pending:
             self._unsettled_ids.discard(p.entry.message_id)
+            self._maybe_logged.pop(p.entry.message_id, None)  # re-sent and settled: known now
         # [multinode] another node appended first: its entries go out before ours, then refold
         rebuild = await core.coordinator.before_delivery(core, results)
         delivered: list[Pending] = []
@@ -448,8 +454,21 @@ class CommitPipeline:
 
     def _refuse(self, pending: list[Pending], cause: BaseException) -> None:
         for p in pending:
+            if _retryable(cause):
+                self._maybe_logged[p.entry.message_id] = None
+                if len(self._maybe_logged) > _MAYBE_LOGGED_MAX:
+                    del self._maybe_logged[next(iter(self._maybe_logged))]
             if p.participant is not None:
                 self.refuse(p.participant, p.frame.message_id, cause)
+
+    def claim(self, message_id: str) -> bool:
+        """Is ``message_id`` one of this node's frames the store refused with an error yet
+        logged (the reply was lost)? Then its effects are the owner's (once), wherever the
+        entry is found: a refold of the log or the session's own entry coming back."""
+        if message_id not in self._maybe_logged:
+            return False
+        del self._maybe_logged[message_id]
+        return True
 
     @staticmethod
     def refuse(participant: Participant, message_id: str, cause: BaseException) -> None:
@@ -476,9 +495,9 @@ class CommitPipeline:
             core.committed(entry, None)
         core.state = rebuild_state(entries, core.header.name)
         for entry in past:
-            # Not committed by this worker (or its reply was lost and its sender refused):
-            # what they do to this node's memory, not the owner's side effects.
-            await self.effects.apply_entry(entry, owner=False)
+            # Another node's (what they do to this node's memory, not the owner's side
+            # effects), or ours whose reply was lost: the owner's, ending included.
+            await self.effects.apply_entry(entry, owner=self.claim(entry.message_id))
 
     # --- master-made frames -----------------------------------------------------------------
 

@@ -108,7 +108,8 @@ class Session(SessionCore):
 
     async def receive(self, entry: LogEntry, *, fold: bool = True) -> None:
         """An entry another node committed (caller holds the lock): fold it, deliver it and
-        apply its effects as a node that does not own it (:mod:`.effects`).
+        apply its effects as a node that does not own it (:mod:`.effects`) — unless it is one
+        of ours whose store reply was lost (:meth:`CommitPipeline.claim`).
 
         ``fold=False`` when the caller refolds the state from the log next. Entries at or
         below the head are already here and ignored.
@@ -128,7 +129,8 @@ class Session(SessionCore):
             except ProtocolError:
                 pass  # as a replay of the log does
         self.committed(entry, None)
-        await self.effects.apply(frame, role, owner=False, sender_id=entry.sender_id)
+        owner = self.pipeline.claim(entry.message_id)
+        await self.effects.apply(frame, role, owner=owner, sender_id=entry.sender_id)
 
     async def rebuild(self) -> None:
         """Refold the state from the log, delivering first what it holds past the head."""

@@ -257,3 +257,34 @@ async def test_a_rename_inside_a_history_the_header_cannot_take_loses_no_later_f
     logged = [e.message_id for e in await master.store.read(sid)]
     assert after["message_id"] in logged
     assert master.hub.sessions[sid].header.name == "buffered"
+
+
+async def test_a_fatal_error_logged_though_its_reply_was_lost_ends_the_session(
+    master: Master, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store applied the fatal error's append but its reply was lost: the sender is told
+    store_unavailable, the refold finds the entry as this node's own, and the session ends."""
+    sid = "s-lost-reply-fatal"
+    client, edge = await client_and_edge(master, sid)
+    real = master.store.append
+    lost: list[str] = []
+
+    async def reply_lost(session_id: str, entries: Sequence[NewEntry]) -> list[AppendResult]:
+        results = await real(session_id, entries)
+        if not lost and entries[0].type == "session.error":
+            lost.append(entries[0].message_id)
+            raise StoreUnavailableError("redis connection lost before the reply")
+        return results
+
+    monkeypatch.setattr(master.store, "append", reply_lost)
+    session = master.hub.sessions[sid]
+    fatal = await client.send(
+        "session.error", {"error_code": "agent_crashed", "message": "boom", "fatal": True}
+    )
+    frames = await edge.recv_until(lambda f: f["type"] == "session.deleted", timeout=10.0)
+    assert frames[-1]["payload"]["reason"] == "error"
+    assert lost == [fatal["message_id"]]
+    await asyncio.wait_for(session.ended.wait(), 10)
+    header = await master.store.get_session(sid)
+    assert header is None or header.archived  # ended: archived (notes §16.1), or gone
+    assert sid not in master.hub.sessions
