@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 from picows import WSFrame, WSListener, WSMsgType, WSTransport, ws_connect
@@ -40,7 +40,8 @@ def _emit(event: str, **data: Any) -> None:
 
 
 class Conn(WSListener):  # type: ignore[misc]
-    """One connection: the first message (the welcome) resolves ``welcomed``."""
+    """One connection: the first message (the welcome) resolves ``welcomed``, later ones go
+    to the owner; a fragmented message (a backlog over 1 MiB) is joined first."""
 
     def __init__(self, owner: Peer) -> None:
         self.owner = owner
@@ -48,14 +49,21 @@ class Conn(WSListener):  # type: ignore[misc]
         self.welcomed: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.closed = asyncio.get_running_loop().create_future()
         self.close_code: int | None = None
+        self.parts: list[bytes] = []
 
     def on_ws_connected(self, transport: WSTransport) -> None:
         self.transport = transport
 
     def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
         kind = frame.msg_type
-        if kind == WSMsgType.TEXT:
+        if kind == WSMsgType.TEXT or kind == WSMsgType.CONTINUATION:
             data = frame.get_payload_as_bytes()
+            if not frame.fin:
+                self.parts.append(data)
+                return
+            if self.parts:
+                data = b"".join([*self.parts, data])
+                self.parts = []
             if not self.welcomed.done():
                 self.welcomed.set_result(json.loads(data))
                 return
@@ -72,12 +80,26 @@ class Conn(WSListener):  # type: ignore[misc]
             self.closed.set_result(None)
 
 
-class Peer:
-    """An edge (or client) across its connections: seqs of client frames, roster, history."""
+_BACKLOG: Final = b'{"type":"session.history","payload":'  # M→P: no seq, payload first
+_ACK: Final = b'{"type":"connection.ack"'
 
-    def __init__(self, index: int, session_id: str) -> None:
+
+class Peer:
+    """An edge (or client) across its connections: seqs of client frames, roster, history.
+
+    An edge keeps what it receives as bytes and parses it only when asked (:meth:`fold`,
+    outside the timed part): with presence to 1,000 edges of one session every edge receives
+    every change (≈ 2 × 1,000 per storm, ~85 bytes each), ≈ 170 MB across the storm; parsing
+    that as it arrives made this process, not the master, the bottleneck (one core
+    saturated, the master a third idle). The backlog that ends a reattach is recognised
+    without parsing it: it is the first message after a resumed welcome (docs/protocol.md
+    §5 item 5), checked when folded. A client only looks at its ``connection.ack`` frames.
+    """
+
+    def __init__(self, index: int, session_id: str, *, keep: bool = True) -> None:
         self.index = index
         self.session_id = session_id
+        self.keep = keep
         self.pid: str | None = None
         self.conn: Conn | None = None
         self.last_seq = 0
@@ -90,24 +112,44 @@ class Peer:
         self.acked_id: str | None = None
         self.acked = asyncio.Event()
         self.wait_ack: str | None = None
+        self.received: list[bytes] = []
+        self.backlogs_at: set[int] = set()  # indexes in ``received`` that must be backlogs
+        self.folded = 0
+        self.bytes_in = 0
+        self.messages_in = 0
+        self.not_backlog = 0
 
     def on_message(self, data: bytes) -> None:
-        msg = _decode(data)  # msgspec: coalesced presence frames to 1,000 edges add up
-        kind = msg.get("type")
-        if kind == "session.history" and msg.get("seq") is None:
-            self.histories += 1
-            self.lost += int(msg["payload"]["buffer_status"].get("lost_frame_count") or 0)
-            for inner in msg["payload"]["frames"]:
-                self._logged(inner)
-            if self.history_in is not None and not self.history_in.done():
-                self.history_in.set_result(time.perf_counter())
+        if not self.keep:
+            if data.startswith(_ACK):
+                msg = _decode(data)
+                if msg["payload"].get("last_message_id") == self.wait_ack:
+                    self.acked.set()
             return
-        if kind == "connection.ack":
-            if msg["payload"].get("last_message_id") == self.wait_ack:
-                self.acked.set()
-            return
-        if msg.get("seq") is not None:
-            self._logged(msg)
+        self.bytes_in += len(data)
+        self.messages_in += 1
+        if self.history_in is not None and not self.history_in.done():
+            self.backlogs_at.add(len(self.received))
+            self.history_in.set_result(time.perf_counter())
+        self.received.append(data)
+
+    def fold(self) -> None:
+        """Parse what arrived since the last fold: client frames, presence, backlogs."""
+        received = self.received
+        for i in range(self.folded, len(received)):
+            data = received[i]
+            received[i] = b""  # parsed once; the bytes are not needed again
+            if i in self.backlogs_at and not data.startswith(_BACKLOG):
+                self.not_backlog += 1
+            msg = _decode(data)  # msgspec: coalesced presence frames to 1,000 edges add up
+            if msg.get("type") == "session.history" and msg.get("seq") is None:
+                self.histories += 1
+                self.lost += int(msg["payload"]["buffer_status"].get("lost_frame_count") or 0)
+                for inner in msg["payload"]["frames"]:
+                    self._logged(inner)
+            elif msg.get("seq") is not None:
+                self._logged(msg)
+        self.folded = len(received)
 
     def _logged(self, msg: dict[str, Any]) -> None:
         seq = int(msg["seq"])
@@ -137,6 +179,7 @@ async def _open(cfg: dict[str, Any], peer: Peer, hello_bytes: bytes) -> dict[str
         _url(cfg),
         extra_headers={"Sec-WebSocket-Protocol": "rawp.1"},
         websocket_handshake_timeout=30,
+        use_aiofastnet=False,
     )
     assert isinstance(conn, Conn)
     transport.send(WSMsgType.TEXT, hello_bytes)
@@ -146,7 +189,7 @@ async def _open(cfg: dict[str, Any], peer: Peer, hello_bytes: bytes) -> dict[str
 
 
 async def _clients(cfg: dict[str, Any]) -> list[Peer]:
-    clients = [Peer(-1, sid) for sid in cfg["sessions"]]
+    clients = [Peer(-1, sid, keep=False) for sid in cfg["sessions"]]
     gate = asyncio.Semaphore(100)
 
     async def one(c: Peer) -> None:
@@ -161,39 +204,49 @@ async def _clients(cfg: dict[str, Any]) -> list[Peer]:
 async def _attach_edges(
     cfg: dict[str, Any], edges: list[Peer], concurrency: int, *, resume: bool
 ) -> tuple[float, list[float], int]:
-    """Attach (or reattach) ``edges``; (seconds, per-edge ms to welcome+history, failures)."""
-    gate = asyncio.Semaphore(concurrency)
+    """Attach (or reattach) ``edges``; (seconds, per-edge ms to welcome+history, failures).
+
+    ``concurrency`` workers take the edges in order, so at most that many handshakes are in
+    flight (an ``asyncio.Semaphore`` scans its waiters on every acquire: with 10,000 edges
+    and 1,000 in flight that was ~10⁸ steps of this process's time).
+    """
     times: list[float] = []
     failures = 0
+    queue = iter(edges)
 
     async def one(e: Peer) -> None:
         nonlocal failures
-        async with gate:
-            for _attempt in range(10):
-                t = time.perf_counter()
-                kwargs: dict[str, Any] = {}
+        for attempt in range(10):
+            if resume and attempt:
+                e.fold()  # what the failed attempt received moves the cursor, as live
+            t = time.perf_counter()
+            kwargs: dict[str, Any] = {}
+            if resume:
+                kwargs = {"participant_id": e.pid, "resume": {"last_seq": e.last_seq}}
+                e.history_in = asyncio.get_running_loop().create_future()
+            try:
+                w = await _open(cfg, e, hello(e.session_id, "edge", API_KEY, **kwargs))
                 if resume:
-                    kwargs = {"participant_id": e.pid, "resume": {"last_seq": e.last_seq}}
-                    e.history_in = asyncio.get_running_loop().create_future()
-                try:
-                    w = await _open(cfg, e, hello(e.session_id, "edge", API_KEY, **kwargs))
-                    if resume:
-                        assert e.history_in is not None
-                        await asyncio.wait_for(e.history_in, 30)
-                except (ConnectionError, OSError, TimeoutError, Exception):
-                    failures += 1
-                    await asyncio.sleep(0.05)
-                    continue
-                p = w.get("payload", {})
-                if not resume:
-                    e.pid = p.get("participant_id")
-                    e.last_seq = int(p.get("session", {}).get("head_seq", 0))
-                times.append((time.perf_counter() - t) * 1000)
-                return
-            raise RuntimeError(f"edge {e.index} could not attach")
+                    assert e.history_in is not None
+                    await asyncio.wait_for(e.history_in, 30)
+            except (ConnectionError, OSError, TimeoutError, Exception):
+                failures += 1
+                await asyncio.sleep(0.05)
+                continue
+            p = w.get("payload", {})
+            if not resume:
+                e.pid = p.get("participant_id")
+                e.last_seq = int(p.get("session", {}).get("head_seq", 0))
+            times.append((time.perf_counter() - t) * 1000)
+            return
+        raise RuntimeError(f"edge {e.index} could not attach")
+
+    async def worker() -> None:
+        for e in queue:
+            await one(e)
 
     t0 = time.perf_counter()
-    await asyncio.gather(*(one(e) for e in edges))
+    await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, len(edges))))))
     return time.perf_counter() - t0, times, failures
 
 
@@ -270,17 +323,25 @@ async def role_storm(cfg: dict[str, Any], _commands_obj: Any) -> None:
     await send(cfg["frames_before"])
     expected = cfg["frames_before"]
     deadline = time.monotonic() + 60
-    while any(len(e.client_seqs) < expected for e in edges) and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        for e in edges:
+            e.fold()
+        if all(len(e.client_seqs) >= expected for e in edges):
+            break
         await asyncio.sleep(0.05)
     _emit("steady", edges=len(edges))
     await _wait(queue, "drop")
     _close_all(edges)  # the network drops: no closing handshake
     await asyncio.gather(*(e.conn.closed for e in edges if e.conn is not None))
+    for e in edges:
+        e.fold()  # the cursors to resume from: everything the dropped connections received
     await send(cfg["frames_during"])
     _emit("dropped")
     await _wait(queue, "reconnect")
     # every edge at once, up to ``storm_in_flight`` handshakes (1,000 edges: all of them)
     in_flight = min(len(edges), int(cfg.get("storm_in_flight", 1000)))
+    for e in edges:
+        e.bytes_in = e.messages_in = 0
     seconds, times, failures = await _attach_edges(cfg, edges, in_flight, resume=True)
     _emit("reconnected", seconds=seconds, failures=failures, ms=percentiles(times))
     await _wait(queue, "verify")
@@ -294,10 +355,12 @@ async def role_storm(cfg: dict[str, Any], _commands_obj: Any) -> None:
             e.roster.get(o.pid or "") == "attached" for o in by_session[e.session_id] if o is not e
         )
 
+    def settled(e: Peer) -> bool:
+        e.fold()
+        return len(e.client_seqs) >= expected and roster_ok(e)
+
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and not all(
-        len(e.client_seqs) >= expected and roster_ok(e) for e in edges
-    ):
+    while time.monotonic() < deadline and not all([settled(e) for e in edges]):
         await asyncio.sleep(0.1)
     exact = 0
     problems: list[str] = []
@@ -309,12 +372,14 @@ async def role_storm(cfg: dict[str, Any], _commands_obj: Any) -> None:
                 and e.client_seqs == reference
                 and e.disorder == 0
                 and e.lost == 0
+                and e.not_backlog == 0
             )
             exact += ok
             if not ok and len(problems) < 5:
                 problems.append(
                     f"edge {e.index}: {len(e.client_seqs)} client frames of {expected}, "
-                    f"disorder {e.disorder}, lost {e.lost}"
+                    f"disorder {e.disorder}, lost {e.lost}, "
+                    f"{e.not_backlog} reattaches not answered by a backlog first"
                 )
     _emit(
         "result",
@@ -322,6 +387,8 @@ async def role_storm(cfg: dict[str, Any], _commands_obj: Any) -> None:
         presence_exact=sum(roster_ok(e) for e in edges),
         edges=len(edges),
         lost=sum(e.lost for e in edges),
+        mib_in=round(sum(e.bytes_in for e in edges) / (1 << 20), 1),
+        messages_in=sum(e.messages_in for e in edges),
         problems=problems,
     )
     await _wait(queue, "close")

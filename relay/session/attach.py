@@ -15,7 +15,7 @@ from protocol.errors import ClientAttached, CloseCode, Forbidden
 from protocol.frames import BufferGrant, Hello, Welcome
 
 from ..fanout import Sink
-from ..store.base import ParticipantRecord
+from ..store.base import LogEntry, ParticipantRecord
 from . import builders
 from .core import SessionCore
 from .participant import Participant
@@ -49,8 +49,11 @@ class Attacher:
         p = hello.payload
         role: Literal["client", "edge"] = p.role
         record = None
+        received = None
         if p.participant_id:
-            record = await store.get_participant(core.id, p.participant_id)
+            # One read for both (one round trip under the session lock, not two);
+            # ``received`` is only used when the record turns out to be the participant's.
+            record, received = await store.participant_and_received(core.id, p.participant_id)
             if record is not None and record.role != role:
                 record = None
         current = core.attached_client()
@@ -78,10 +81,7 @@ class Attacher:
         record.buffer = self._grant(p.buffer, record.buffer)
         if resumed:
             # From the log, not the record: right at once after a takeover on another node.
-            record.last_received_message_id = await store.last_received(
-                core.id, record.participant_id
-            )
-        await store.clear_deadline(core.id, record.participant_id)
+            record.last_received_message_id = received
         participant = Participant(
             core, record, sink, principal, send_queue_bytes=settings.send_queue_bytes
         )
@@ -98,7 +98,9 @@ class Attacher:
         core.participants[record.participant_id] = participant
         if role == "client":
             core.client_id = record.participant_id
-        await store.put_participant(core.id, record)
+        # The record and its reattach deadline disarmed in one write; an expiry that fires
+        # before it finds the participant attached (it waits for this lock) and does nothing.
+        await store.put_attached(core.id, record)
         if previous is None:
             await self.roster.announce(record, "attached")
         participant.outbox.start()
@@ -136,28 +138,45 @@ class Attacher:
         grant = participant.record.buffer
         assert grant is not None
         head = core.head  # up to our head only: later entries reach the participant live
-        first_kept = await store.trimmed_before(core.id)
-        anchor = (await store.read(core.id, after_seq=cursor - 1, limit=1)) if cursor > 0 else []
-        anchor_entry = anchor[0] if anchor and anchor[0].seq == cursor else None
+        # The first read brings the cursor's own entry (the anchor: its id and time go in the
+        # history) with the first page: one read before anything is buffered, not three.
+        start = max(0, cursor - 1)
+        first = await store.read(
+            core.id,
+            after_seq=start,
+            before_seq=head + 1 if cursor <= head else None,
+            limit=_BACKLOG_PAGE + 1 if cursor <= head else 1,
+        )
+        anchor_entry = first[0] if cursor > 0 and first and first[0].seq == cursor else None
+        page: list[LogEntry] | None = first[1:] if anchor_entry is not None else first
         # A cursor past our head, or naming another frame, is from a log we no longer have.
         foreign = cursor > head or (
             resume_id is not None
             and anchor_entry is not None
             and anchor_entry.message_id != resume_id
         )
-        trimmed = max(0, first_kept - cursor - 1) if cursor < first_kept else 0
+        # The log is dense from its first kept seq: an entry at the cursor or right after it
+        # means nothing after the cursor was trimmed; otherwise ask the store.
+        lowest = first[0].seq if first else None
+        if lowest is not None and lowest <= cursor + 1:
+            trimmed = 0
+        else:
+            first_kept = await store.trimmed_before(core.id)
+            trimmed = max(0, first_kept - cursor - 1) if cursor < first_kept else 0
         buffer: BoundedBuffer[int] = BoundedBuffer(grant.policy, grant.capacity_bytes)
         after = cursor
         while after < head:
-            page = await store.read(
-                core.id, after_seq=after, before_seq=head + 1, limit=_BACKLOG_PAGE
-            )
+            if page is None:
+                page = await store.read(
+                    core.id, after_seq=after, before_seq=head + 1, limit=_BACKLOG_PAGE
+                )
             if not page:
                 break
             for entry in page:
                 if entry.delivered_to(participant.id, participant.role):
                     buffer.push(entry.data, entry.seq)
             after = page[-1].seq
+            page = None
         if anchor_entry is not None:
             last_id = anchor_entry.message_id
             last_time = codec.decode(anchor_entry.data).timestamp

@@ -207,6 +207,11 @@ class SessionCore:
             else:
                 loop.call_soon(self._flush_outboxes)
 
+    @property
+    def flush_cost(self) -> float:
+        """Seconds the last write round took (at most the 20 ms a flush waits)."""
+        return self._flush_cost
+
     def post_acks(self) -> None:
         """Queue each sender's ``connection.ack`` for what this step committed of theirs."""
         acks, self._acks_due = self._acks_due, {}

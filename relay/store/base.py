@@ -409,6 +409,28 @@ class Store(abc.ABC):
     async def clear_deadline(self, session_id: str, participant_id: str) -> None:
         """Disarm the participant's deadline."""
 
+    async def participant_and_received(
+        self, session_id: str, participant_id: str
+    ) -> tuple[ParticipantRecord | None, str | None]:
+        """:meth:`get_participant` and :meth:`last_received` of one participant, as one read.
+
+        What an attach naming a participant id reads under its session's lock; one round trip
+        where a backend can (SQLite: one reader job; Redis: both commands sent together).
+        This default reads one after the other (a store that never suspends stays so).
+        """
+        record = await self.get_participant(session_id, participant_id)
+        return record, await self.last_received(session_id, participant_id)
+
+    async def put_attached(self, session_id: str, record: ParticipantRecord) -> None:
+        """The record of a participant that attaches, and its deadline disarmed: one write.
+
+        An attach makes both changes under its session's lock; made as one write they cost
+        one round trip (SQLite: one group commit, one fsync, instead of two in a row). This
+        default makes them one after the other, record first.
+        """
+        await self.put_participant(session_id, record)
+        await self.clear_deadline(session_id, record.participant_id)
+
     @abc.abstractmethod
     async def claim_due_deadlines(self, now_ms: int, limit: int = 100) -> list[Deadline]:
         """Remove and return deadlines due by ``now_ms``; each is returned to one caller only."""

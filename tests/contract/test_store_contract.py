@@ -653,6 +653,18 @@ async def test_participant_of_unknown_session_is_not_kept(store: Store) -> None:
     assert await store.list_participants(s) == []
 
 
+async def test_participant_and_received_reads_both(store: Store) -> None:
+    """participant_and_received: the record and last_received of one participant together."""
+    s = await new_session(store)
+    assert await store.participant_and_received(s, "p-client") == (None, None)
+    record = ParticipantRecord(participant_id="p-client", role="client", generation=3)
+    await store.put_participant(s, record)
+    assert await store.participant_and_received(s, "p-client") == (record, None)
+    await store.append(s, [entry("m1"), entry("x", sender_id="p-edge")])
+    assert await store.participant_and_received(s, "p-client") == (record, "m1")
+    assert await store.participant_and_received(s, "p-edge") == (None, "x")
+
+
 # --- deadlines -------------------------------------------------------------------------------
 
 
@@ -670,6 +682,18 @@ async def test_deadlines_are_claimed_when_due(store: Store) -> None:
     await store.clear_deadline(s, "p-3")
     await store.clear_deadline(s, "p-unknown")
     assert await store.claim_due_deadlines(10_000) == []
+
+
+async def test_put_attached_stores_the_record_and_disarms_its_deadline(store: Store) -> None:
+    """put_attached: the record is stored and that participant's deadline only is gone."""
+    s = await new_session(store)
+    await store.set_deadline(Deadline(session_id=s, participant_id="p-1", due_ms=100))
+    other = Deadline(session_id=s, participant_id="p-2", due_ms=100)
+    await store.set_deadline(other)
+    record = ParticipantRecord(participant_id="p-1", role="edge", attached=True, generation=2)
+    await store.put_attached(s, record)
+    assert await store.get_participant(s, "p-1") == record
+    assert await store.claim_due_deadlines(10_000) == [other]
 
 
 async def test_set_deadline_moves_it(store: Store) -> None:

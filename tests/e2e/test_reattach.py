@@ -413,6 +413,36 @@ async def test_cursor_zero_replays_from_the_start(master: Master) -> None:
     assert history["payload"]["buffer_status"]["truncated"] is False
 
 
+async def test_backlog_after_retention_counts_the_trimmed_frames_as_lost(make_master: Any) -> None:
+    """Retention trimmed past the cursor: lost = frames trimmed after it, the kept ones sent."""
+    master: Master = await make_master(retention=6)
+    sid = "s-re-trimmed"
+    client, (edge,) = await new_session(master, sid)
+    cursor = edge.welcome["payload"]["session"]["head_seq"]
+    for i in range(12):
+        await client.send("agent.state", {"state": "thinking" if i % 2 else "idle"})
+        await next_frame(edge)
+    log = await logged(master, sid)
+    first_kept = log[0]["seq"]
+    assert first_kept > cursor + 1  # the cursor's entry and some after it are gone
+    late = await Peer.open(
+        master.ws_url, sid, role="edge", token=API_KEY, resume={"last_seq": cursor}
+    )
+    history = await late.recv()
+    status = history["payload"]["buffer_status"]
+    assert status["lost_frame_count"] == first_kept - cursor - 1
+    assert [f["seq"] for f in frames_of(history)] == [f["seq"] for f in log]
+    assert history["payload"]["last_message_id"] == ""  # the cursor's own frame is gone too
+    kept = log[2]  # a cursor on a frame the log still holds: nothing lost, its id reported
+    again = await Peer.open(
+        master.ws_url, sid, role="edge", token=API_KEY, resume={"last_seq": kept["seq"]}
+    )
+    history = await again.recv()
+    assert history["payload"]["buffer_status"]["lost_frame_count"] == 0
+    assert history["payload"]["last_message_id"] == kept["message_id"]
+    assert frames_of(history)[0]["seq"] == kept["seq"] + 1
+
+
 async def test_cursor_from_another_log_is_truncated_without_count(master: Master) -> None:
     """A cursor past the head, or naming another frame, is a foreign log: truncated, no count."""
     sid = "s-re-foreign"

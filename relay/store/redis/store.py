@@ -452,6 +452,23 @@ class RedisStore(Store):
             await self._client.zrem(DEADLINES, encode((session_id, participant_id)))
             await self._client.srem(k.dl, participant_id)
 
+    async def participant_and_received(
+        self, session_id: str, participant_id: str
+    ) -> tuple[ParticipantRecord | None, str | None]:
+        """Both reads sent together: one round trip's wait (Store.participant_and_received)."""
+        record, received = await asyncio.gather(
+            self.get_participant(session_id, participant_id),
+            self.last_received(session_id, participant_id),
+        )
+        return record, received
+
+    async def put_attached(self, session_id: str, record: ParticipantRecord) -> None:
+        """The record and the deadline's removal sent together: one round trip's wait."""
+        await asyncio.gather(
+            self.put_participant(session_id, record),
+            self.clear_deadline(session_id, record.participant_id),
+        )
+
     async def claim_due_deadlines(self, now_ms: int, limit: int = 100) -> list[Deadline]:
         if limit <= 0:
             return []

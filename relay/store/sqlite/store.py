@@ -382,6 +382,32 @@ class SqliteStore(Store):
     async def clear_deadline(self, session_id: str, participant_id: str) -> None:
         await self._write(lambda db: db.execute(CLEAR_DEADLINE, (session_id, participant_id)))
 
+    async def participant_and_received(
+        self, session_id: str, participant_id: str
+    ) -> tuple[ParticipantRecord | None, str | None]:
+        """Both rows in one reader job (Store.participant_and_received)."""
+        args = (session_id, participant_id)
+
+        def query(db: sqlite3.Connection) -> tuple[Any, Any]:
+            record = db.execute(GET_PARTICIPANT, args).fetchone()
+            return record, db.execute(GET_RECEIVED, args).fetchone()
+
+        row, received = await self._read(query)
+        record = None if row is None else decode_participant(row[0])
+        return record, None if received is None else str(received[0])
+
+    async def put_attached(self, session_id: str, record: ParticipantRecord) -> None:
+        """Both statements in one write: one transaction, one fsync (Store.put_attached)."""
+        packed = encode_record(record)
+        pid = record.participant_id
+        args = (session_id, pid, int(record.attached), packed, session_id)
+
+        def apply(db: sqlite3.Connection) -> None:
+            db.execute(PUT_PARTICIPANT, args)
+            db.execute(CLEAR_DEADLINE, (session_id, pid))
+
+        await self._write(apply)
+
     async def claim_due_deadlines(self, now_ms: int, limit: int = 100) -> list[Deadline]:
         if limit <= 0:
             return []
