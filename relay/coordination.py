@@ -36,6 +36,12 @@ class Coordinator(Protocol[S, P]):
         """This node's id."""
         ...
 
+    @property
+    def lease_epoch(self) -> int:
+        """This node's lease epoch now (0: no leases); an attach records it (a sweep of
+        this node recovers only what it attached under the leases it fenced)."""
+        ...
+
     def guard(self, session: S) -> contextlib.AbstractAsyncContextManager[None]:
         """Hold the session's cross-node mutex, caught up with the log (caller holds
         ``session.lock``)."""
@@ -126,6 +132,11 @@ class SoleNode:
     def id(self) -> str:
         """This node's id."""
         return self._id
+
+    @property
+    def lease_epoch(self) -> int:
+        """One node: no leases."""
+        return 0
 
     async def start(self) -> None:
         """Nothing to join."""

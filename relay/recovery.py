@@ -31,6 +31,7 @@ from protocol.errors import StoreUnavailableError
 from protocol.finalize import finalize
 
 from .session import Session, presence_change
+from .store.base import ParticipantRecord
 
 if TYPE_CHECKING:
     from prometheus_client import Counter
@@ -38,13 +39,25 @@ if TYPE_CHECKING:
 __all__ = ["recover_locked"]
 
 
-async def recover_locked(session: Session, node_id: str, finalized: Counter | None = None) -> bool:
+async def recover_locked(
+    session: Session,
+    node_id: str,
+    finalized: Counter | None = None,
+    *,
+    fenced_epoch: int | None = None,
+) -> bool:
     """Recover ``session`` from ``node_id``'s loss; True when synthetic frames were logged.
 
     The caller holds the session lock and its cross-node mutex, caught up with the log (and,
     for a node declared dead, fenced its lease first: relay/cluster/liveness.py). With
     ``node_id`` this node's own id, participants attached here right now are kept: only
     records without a connection behind them are recovered (reconciliation after an outage).
+
+    ``fenced_epoch``: the node's leases up to this epoch were fenced; only records it wrote
+    under them are recovered. A sweep may reach the session late (it waited for the mutex, or
+    for the store), when the node has already come back under a new lease and its client
+    reattached there: that connection is alive, and finalizing it would put the synthetic
+    frames in the middle of what the client sends through it.
     """
     if session.terminated:
         return False
@@ -52,11 +65,20 @@ async def recover_locked(session: Session, node_id: str, finalized: Counter | No
     own = node_id == session.coordinator.id
     keep = set(session.participants) if own else set()
     records = await store.list_participants(session.id)
+
+    def lost(record: ParticipantRecord) -> bool:
+        """Written by ``node_id`` under a lease that is gone, and not kept."""
+        return (
+            record.node_id == node_id
+            and record.participant_id not in keep
+            and (fenced_epoch is None or record.epoch <= fenced_epoch)
+        )
+
     now_ms = int(time.time() * 1000)
     lost_client = False
     changes = []
     for record in records:
-        if not record.attached or record.node_id != node_id or record.participant_id in keep:
+        if not record.attached or not lost(record):
             continue
         record.attached = False
         record.detached_at_ms = now_ms
@@ -74,12 +96,7 @@ async def recover_locked(session: Session, node_id: str, finalized: Counter | No
     # A client that detached when ``node_id`` shut down cleanly (1001) was not finalized
     # then; its session is finalized now (§7.8.2 "app restart"). Already final: no frames.
     client = next((r for r in records if r.role == "client"), None)
-    shut_down = (
-        client is not None
-        and not client.attached
-        and client.node_id == node_id
-        and client.participant_id not in keep
-    )
+    shut_down = client is not None and not client.attached and lost(client)
     if not (lost_client or shut_down):
         return False
     synthetic = finalize(session.state, session_id=session.id, sender=session.master_sender)

@@ -197,7 +197,9 @@ class Liveness:
         if fence_epoch is not None:
             await shared.store.fence_node(session.id, node_id, fence_epoch)
         async with session.lock, self.mutex.guard(session):
-            return await recover_locked(session, node_id, shared.metrics.recovered)
+            return await recover_locked(
+                session, node_id, shared.metrics.recovered, fenced_epoch=fence_epoch
+            )
 
     async def _reconcile_own(self) -> None:
         """Records that say "attached here" without a connection here: detach them now."""

@@ -62,6 +62,11 @@ class ClusterNode:
         """This node's id."""
         return self.shared.id
 
+    @property
+    def lease_epoch(self) -> int:
+        """This node's lease epoch now (the store's, from the heartbeats)."""
+        return self.shared.store.lease_epoch
+
     def arrived(self) -> None:
         """An HTTP request arrived: its writes carry this node's current lease epoch."""
         self.shared.lease.arrived()

@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Final
 
-from protocol.errors import ClientAttached, CloseCode, StoreError
+from protocol.errors import ClientAttached, CloseCode, StoreError, StoreUnavailableError
 
 from ..recovery import recover_locked
 from ..session import Session
@@ -30,6 +30,7 @@ __all__ = ["Takeover"]
 _FENCE_WAIT_S: Final = 2.0  # how long a takeover waits for the old node's answer
 _FENCE_DRAIN_S: Final = 1.0  # how long a fenced node lets an in-flight batch land
 _SUPERSEDED: Final = CloseCode.SUPERSEDED
+_LEASE_WAIT_BEATS: Final = 5  # heartbeats an attach waits for this node's new lease
 
 
 class Takeover:
@@ -46,14 +47,26 @@ class Takeover:
         self, session: Session, role: str, participant_id: str | None
     ) -> AsyncIterator[None]:
         """Hold the mutex around an attach and apply the cross-node rules first."""
+        await self._lease_renewed()
         async with self.mutex.guard(session):
             if not session.terminated:
                 await self._admit(session, role, participant_id)
             yield
 
+    async def _lease_renewed(self) -> None:
+        """Wait (bounded) while a session has fenced our lease and the next heartbeat has not
+        brought the new one: an attach now would record the fenced epoch, and the sweep of
+        that lease would finalize a connection that is alive."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _LEASE_WAIT_BEATS * self.shared.heartbeat_s
+        while self.shared.rejoin and loop.time() < deadline:
+            await asyncio.sleep(self.shared.heartbeat_s / _LEASE_WAIT_BEATS)
+
     async def _admit(self, session: Session, role: str, participant_id: str | None) -> None:
         shared = self.shared
         store = shared.store
+        if shared.rejoin:  # still (or again) without a lease of our own: see _lease_renewed
+            raise StoreUnavailableError("this node is taking a new lease; attach again")
         # Held before the record says "attached here": if we die, the sweep finds the session.
         await shared.hold(session.id, again=True)
         records = await store.list_participants(session.id)
@@ -65,9 +78,10 @@ class Takeover:
         for node in sorted(dead):
             # Its node died and no sweep reached this session yet: fence it here, catch up
             # with what it logged before the fence, and recover the session now (once).
-            await store.fence_node(session.id, node, await store.node_epoch(node))
+            epoch = await store.node_epoch(node)
+            await store.fence_node(session.id, node, epoch)
             await self.following.sync(session)
-            await recover_locked(session, node, shared.metrics.recovered)
+            await recover_locked(session, node, shared.metrics.recovered, fenced_epoch=epoch)
         if dead:
             records = await store.list_participants(session.id)
             await self.mutex.refresh_client(session, records)

@@ -77,6 +77,7 @@ class Attacher:
         record.generation += 1
         record.attached = True
         record.node_id = settings.node_id
+        record.epoch = core.coordinator.lease_epoch
         record.detached_at_ms = None
         record.buffer = self._grant(p.buffer, record.buffer)
         if resumed:

@@ -183,6 +183,11 @@ class ParticipantRecord(msgspec.Struct, kw_only=True):
     last_received_message_id: str | None = None
     attached: bool = False
     node_id: str = ""
+    epoch: int = 0
+    """``node_id``'s lease epoch when it attached this generation (0: a store without
+    leases, or a record of an older build). A sweep that fences the node's leases up to an
+    epoch recovers only the records written under them, never one the node wrote after it
+    came back under a new lease."""
     detached_at_ms: int | None = None
 
 

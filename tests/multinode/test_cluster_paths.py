@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from relay.recovery import recover_locked
 from relay.server import Master
 from tests.e2e.conftest import API_KEY
 from tests.e2e.conftest import test_settings as settings_for
@@ -210,3 +211,51 @@ async def test_welcome_received_is_right_at_once_after_a_takeover_on_another_nod
     await wait_until(lambda: session.head >= 6)  # presence + 5 frames
     again = await Peer.open(n2.ws_url, s, token=API_KEY, participant_id=client.participant_id)
     assert again.welcome["payload"]["received"]["last_message_id"] == last["message_id"]
+
+
+async def test_a_late_sweep_leaves_a_client_that_came_back_under_a_new_lease(
+    nodes: Any,
+) -> None:
+    """A's lease is claimed as dead; A takes a new one and its client reattaches there before
+    the sweep reaches the session: the sweep (fencing the old lease) finalizes nothing, and
+    what the client sends next is logged with no synthetic frame before it."""
+    a, b = await nodes(2)
+    s = sid()
+    client = await Peer.open(a.ws_url, s, role="client", token=API_KEY, create=True)
+    await mid_turn(client)
+    record = await b.store.get_participant(s, client.participant_id)
+    assert record is not None
+    assert record.epoch == a.store.lease_epoch > 0
+    # The sweeper's claim (held here, so B's own sweeps stay out of it) at A's lease now.
+    token = uuid.uuid4().hex
+    fenced = await b.store.claim_node(
+        "N1", dead_after_ms=600, lease_ms=30_000, token=token, force=True
+    )
+    assert fenced == record.epoch
+    await b.store.fence_node(s, "N1", fenced)
+    assert await client.closed_with() == 1001  # A's next heartbeat: declared dead
+    await wait_until(lambda: a.store.lease_epoch > fenced)
+    back = await Peer.open(
+        a.ws_url, s, role="client", token=API_KEY, participant_id=client.participant_id
+    )
+    again = await b.store.get_participant(s, client.participant_id)
+    assert again is not None
+    assert (again.attached, again.epoch) == (True, a.store.lease_epoch)
+    # Only now does the sweep reach the session (as relay/cluster/liveness.py recovers it).
+    session = await b.hub.open(s)
+    assert session is not None
+    async with session.lock, session.coordinator.guard(session):
+        assert not await recover_locked(session, "N1", fenced_epoch=fenced)
+    await b.store.node_swept("N1", token)
+    sent = await back.send("agent.state", {"state": "thinking"})
+
+    async def logged() -> bool:
+        return await b.store.message_seq(s, sent["message_id"]) is not None
+
+    await wait_until(logged)
+    assert not [f for f in back.received if f["type"] == "session.error"]
+    log = await b.store.read(s)
+    assert not [e for e in log if b'"synthetic":true' in e.data]
+    record = await b.store.get_participant(s, client.participant_id)
+    assert record is not None
+    assert (record.attached, record.node_id) == (True, "N1")
