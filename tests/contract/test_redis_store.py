@@ -144,6 +144,68 @@ async def test_a_fenced_node_can_rename_nothing(backend: Backend) -> None:
 
 
 @redis_backends
+async def test_a_fenced_node_can_delete_nothing(backend: Backend) -> None:
+    """The delete script checks the same fence as the append: under a fenced lease the
+    session, its log and participants stay (no tombstone); the node's next lease deletes."""
+    node = redis_store(backend, node_id="node-del")
+    sweeper = redis_store(backend, node_id="node-del-sweeper")
+    s = await new_session(node)
+    await node.node_heartbeat("node-del", new_epoch=True)
+    await node.append(s, [entry("kept")])
+    await node.put_participant(s, ParticipantRecord(participant_id="p-1", role="edge"))
+    epoch = await sweeper.claim_node("node-del", dead_after_ms=0, lease_ms=5000, token="t")
+    assert epoch is not None
+    assert await sweeper.fence_node(s, "node-del", epoch)
+    with pytest.raises(NodeFencedError):
+        await node.delete_session(s)
+    with node.pinned_epoch(epoch), pytest.raises(NodeFencedError):
+        await node.delete_session(s)  # a REST delete begun under the fenced lease
+    assert await node.get_session(s) is not None
+    assert not await node.is_deleted(s)
+    assert [e.message_id for e in await node.read(s)] == ["kept"]
+    assert [r.participant_id for r in await node.list_participants(s)] == ["p-1"]
+    assert await sweeper.delete_session(s)  # another node's delete is not fenced
+    t = await new_session(node)
+    assert await node.node_heartbeat("node-del") is False  # a new lease
+    assert await sweeper.fence_node(t, "node-del", epoch)
+    assert await node.delete_session(t)
+    assert await node.is_deleted(t)
+
+
+@redis_backends
+async def test_a_fenced_node_can_archive_nothing(backend: Backend) -> None:
+    """The archive script checks the same fence: under a fenced lease the header does not
+    say ended and the participants stay; the node's next lease archives."""
+    node = redis_store(backend, node_id="node-arc")
+    sweeper = redis_store(backend, node_id="node-arc-sweeper")
+    s = await new_session(node)
+    await node.node_heartbeat("node-arc", new_epoch=True)
+    await node.put_participant(s, ParticipantRecord(participant_id="p-1", role="edge"))
+    epoch = await sweeper.claim_node("node-arc", dead_after_ms=0, lease_ms=5000, token="t")
+    assert epoch is not None
+    assert await sweeper.fence_node(s, "node-arc", epoch)
+
+    async def archive() -> bool:
+        return await node.archive_session(
+            s, ended_at="2026-01-01T00:00:00Z", ended_at_ms=1, reason="timeout", deleted_by="system"
+        )
+
+    with pytest.raises(NodeFencedError):
+        await archive()
+    header = await node.get_session(s)
+    assert header is not None
+    assert not header.archived
+    assert [r.participant_id for r in await node.list_participants(s)] == ["p-1"]
+    assert await node.archived_before(2) == []
+    assert await node.node_heartbeat("node-arc") is False  # a new lease
+    assert await archive()
+    header = await node.get_session(s)
+    assert header is not None
+    assert header.archived
+    assert await node.list_participants(s) == []
+
+
+@redis_backends
 async def test_a_rest_write_hold_is_fenced_by_the_sweep_or_refused(backend: Backend) -> None:
     """A write hold taken before the claim puts the session in what the sweeper fences; one
     asked for after the claim, or under an old epoch, is refused; done writes leave nothing."""

@@ -254,23 +254,27 @@ class RedisStore(Store):
                 break
         return out
 
-    async def rename_session(self, session_id: str, name: str) -> None:
-        k = SessionKeys.of(session_id)
+    async def _fenced_write(self, session_id: str, script: Any, keys: list[Any], *args: Any) -> Any:
+        """Run a write script with this node's id and lease epoch appended to ``args``;
+        the script refuses it FENCED when the session fenced that lease (like an append)."""
         epoch = self.lease.write_epoch()
         try:
             with mapped():
-                await self._scripts.rename(keys=[k.hdr], args=[name, self.node_id, epoch])
+                return await script(keys=keys, args=[*args, self.node_id, epoch])
         except StoreError as exc:
             if "FENCED" in str(exc):
                 raise self.lease.fenced(session_id, epoch) from None
             raise
 
+    async def rename_session(self, session_id: str, name: str) -> None:
+        k = SessionKeys.of(session_id)
+        await self._fenced_write(session_id, self._scripts.rename, [k.hdr], name)
+
     async def delete_session(self, session_id: str) -> bool:
         k = SessionKeys.of(session_id)
+        keys = [k.hdr, k.log, k.ids, k.parts, k.tomb, k.dl, k.rcv]
+        existed, workspace, pids = await self._fenced_write(session_id, self._scripts.delete, keys)
         with mapped():
-            existed, workspace, pids = await self._scripts.delete(
-                keys=[k.hdr, k.log, k.ids, k.parts, k.tomb, k.dl, k.rcv]
-            )
             if workspace is not None:
                 await self._client.zrem(workspace_index(text(workspace)), session_id)
             if pids:
@@ -289,10 +293,11 @@ class RedisStore(Store):
             header, ended_at=ended_at, ended_at_ms=ended_at_ms, reason=reason, deleted_by=deleted_by
         )
         k = SessionKeys.of(session_id)
+        keys = [k.hdr, k.parts, k.dl]
+        existed, pids = await self._fenced_write(
+            session_id, self._scripts.archive, keys, encode(ended)
+        )
         with mapped():
-            existed, pids = await self._scripts.archive(
-                keys=[k.hdr, k.parts, k.dl], args=[encode(ended)]
-            )
             if pids:
                 members = [encode((session_id, text(p))) for p in pids]
                 await self._client.zrem(DEADLINES, *members)
