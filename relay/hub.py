@@ -309,6 +309,10 @@ class Hub:
             if if_idle and session.participants:
                 raise SessionAttached(f"session {session_id} has attached participants")
             await session.terminate_locked(reason, deleted_by)
+        if not session.end_stored:
+            # Ended here, but neither its session.deleted nor the store change is durable
+            # (an outage, or a lease fenced mid-delete): the caller must not hear "deleted".
+            raise StoreUnavailableError(f"the deletion of {session_id} was not stored; send again")
         return True
 
     # --- deadlines -----------------------------------------------------------------------

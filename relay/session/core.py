@@ -93,6 +93,9 @@ class SessionCore:
         self.client_id: str | None = None
         self.terminated = False
         self.ended = asyncio.Event()  # set once a termination is over (store and registry)
+        # True once an ending is durable: its session.deleted logged, or the store's header
+        # archived or purged (a logged ending is finished later if the store change was lost).
+        self.end_stored = False
         self.listeners: set[Callable[[LogEntry], None]] = set()
         self._recent: OrderedDict[str, None] = OrderedDict()
         self._flush_scheduled = False

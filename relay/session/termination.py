@@ -49,7 +49,9 @@ class Termination:
         # What was committed before the end is acknowledged before the §9 frames: nothing
         # may follow session.deleted on the wire.
         core.post_acks()
-        if not await self.hooks.append_master(frames):
+        logged = await self.hooks.append_master(frames)
+        core.end_stored = logged
+        if not logged:
             # Not durable, but the participants must still hear the order before close.
             for frame in frames:
                 data = codec.encode(msgspec.structs.replace(frame, sender=core.master_sender))
@@ -61,6 +63,7 @@ class Termination:
             with contextlib.suppress(StoreUnavailableError):
                 # expiry and fatal errors archive, deletions purge (notes §16.1)
                 await end_session_in_store(core.store, core.id, reason, deleted_by)
+                core.end_stored = True
             core.deps.forget(core)
         finally:
             core.ended.set()

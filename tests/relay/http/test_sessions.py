@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import pytest
+
+from protocol.errors import StoreUnavailableError
 from relay.server import Master
+from relay.store.base import AppendResult, NewEntry
 from tests.e2e.conftest import API_KEY, OTHER_KEY
 from tests.relay.http.conftest import Api, wait_head
 from tests.support.wire import Peer, envelope, new_turn_id, usage_payload
@@ -308,3 +314,34 @@ async def test_unknown_ignorable_frames_are_served_untouched(api: Api, master: M
     assert events[0]["extra_key"] == "kept"
     assert events[0]["payload"] == {"x": [1, 2]}
     await client.close()
+
+
+async def test_a_delete_the_store_cannot_make_durable_answers_503(
+    api: Api, master: Master, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DELETE while the store takes neither the session.deleted nor the purge: 503
+    store_unavailable, the session still there; sent again once the store is back, 200."""
+    await api.create("s-del-outage")
+    real_append, real_delete = master.store.append, master.store.delete_session
+    down = True
+
+    async def append(session_id: str, entries: Sequence[NewEntry]) -> list[AppendResult]:
+        if down:
+            raise StoreUnavailableError("redis unreachable")
+        return await real_append(session_id, entries)
+
+    async def delete_session(session_id: str) -> bool:
+        if down:
+            raise StoreUnavailableError("redis unreachable")
+        return await real_delete(session_id)
+
+    monkeypatch.setattr(master.store, "append", append)
+    monkeypatch.setattr(master.store, "delete_session", delete_session)
+    refused = await api.delete("/v1/sessions/s-del-outage")
+    assert refused.status == 503
+    assert refused.problem["code"] == "store_unavailable"
+    assert (await api.get("/v1/sessions/s-del-outage")).status == 200
+    down = False
+    done = await api.delete("/v1/sessions/s-del-outage")
+    assert done.status == 200
+    assert (await api.get("/v1/sessions/s-del-outage")).status == 404
