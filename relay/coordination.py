@@ -47,6 +47,12 @@ class Coordinator(Protocol[S, P]):
         ``session.lock``)."""
         ...
 
+    def writes_under(self, epoch: int) -> contextlib.AbstractContextManager[None]:
+        """Within the block, this node's appends carry lease ``epoch`` (not the one it holds
+        by the time they are made): frames judged under a lease are written under it, and
+        refused if that lease was fenced meanwhile (notes §16.9)."""
+        ...
+
     def attaching(
         self, session: S, role: str, participant_id: str | None
     ) -> contextlib.AbstractAsyncContextManager[None]:
@@ -159,6 +165,10 @@ class SoleNode:
 
     def guard(self, session: object) -> contextlib.AbstractAsyncContextManager[None]:
         """No other node: nothing to hold."""
+        return contextlib.nullcontext()
+
+    def writes_under(self, epoch: int) -> contextlib.AbstractContextManager[None]:
+        """One node: no leases."""
         return contextlib.nullcontext()
 
     def attaching(

@@ -75,6 +75,10 @@ class ClusterNode:
         """Around a REST write: refused unless our lease is current (relay/lease.py)."""
         return self.shared.lease.writing(session_id)
 
+    def writes_under(self, epoch: int) -> contextlib.AbstractContextManager[None]:
+        """Appends made in the block carry ``epoch``: refused if it was fenced since."""
+        return self.shared.store.pinned_epoch(epoch)
+
     # --- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:

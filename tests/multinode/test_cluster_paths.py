@@ -259,3 +259,41 @@ async def test_a_late_sweep_leaves_a_client_that_came_back_under_a_new_lease(
     record = await b.store.get_participant(s, client.participant_id)
     assert record is not None
     assert (record.attached, record.node_id) == (True, "N1")
+
+
+async def test_frames_judged_before_a_node_is_declared_dead_are_not_logged_under_its_new_lease(
+    nodes: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A frame judged while A's lease was live, whose append starts only after A was declared
+    dead and took a new lease, is written under the lease its sender attached under: refused,
+    never logged after the sweep."""
+    a, b = await nodes(2)
+    s = sid()
+    client = await Peer.open(a.ws_url, s, role="client", token=API_KEY, create=True)
+    turn = await mid_turn(client)
+    session = a.hub.sessions[s]
+    real = a.store.message_seq
+    swept: list[int] = []
+
+    async def lookup_while_a_is_swept(session_id: str, message_id: str) -> int | None:
+        # The worker awaits this with the delta already judged (the refused turn start asks
+        # whether it is logged): meanwhile B claims A and A takes a new lease.
+        if not swept:
+            fenced = await b.store.claim_node(
+                "N1", dead_after_ms=600, lease_ms=30_000, token=uuid.uuid4().hex, force=True
+            )
+            await b.store.fence_node(s, "N1", fenced)
+            await wait_until(lambda: a.store.lease_epoch > fenced)
+            swept.append(fenced)
+        return await real(session_id, message_id)
+
+    monkeypatch.setattr(a.store, "message_seq", lookup_while_a_is_swept)
+    async with session.lock:
+        delta = await client.send("agent.text.delta", {"block_id": "b1", "delta": "late"})
+        await client.send("session.turn.start", {"turn_id": turn, "turn_index": 1})
+        async with asyncio.timeout(5):
+            while session.queued < 2:
+                await asyncio.sleep(0.005)
+    await wait_until(lambda: bool(swept) and not session.queued and not session.pipeline.in_flight)
+    assert swept
+    assert delta["message_id"] not in [e.message_id for e in await b.store.read(s)]
