@@ -383,14 +383,19 @@ class CommitPipeline:
             return
         core = self.core
         before = self._inflight[-1].appended if self._inflight else None
-        # [multinode] a participant's frames are written under the lease it attached under,
-        # never under one this node took later (after it was declared dead, §16.9): refused
-        # if that lease was fenced, whatever the timing of the judging and the new lease.
-        epochs = [p.participant.record.epoch for p in pending if p.participant is not None]
-        epoch = min((e for e in epochs if e > 0), default=0)
-        under = core.coordinator.writes_under(epoch) if epoch else contextlib.nullcontext()
-        with under:
-            appended = core.store.append_nowait(core.id, [p.entry for p in pending], after=before)
+        entries = [p.entry for p in pending]
+        if core.coordinator.lease_epoch:
+            # [multinode] a participant's frames are written under the lease it attached
+            # under, never under one this node took later (after it was declared dead, §16.9):
+            # refused if that lease was fenced, whatever the timing of judging and new lease.
+            epoch = min(
+                (p.participant.record.epoch for p in pending if p.participant is not None),
+                default=0,
+            )
+            with core.coordinator.writes_under(epoch) if epoch else contextlib.nullcontext():
+                appended = core.store.append_nowait(core.id, entries, after=before)
+        else:
+            appended = core.store.append_nowait(core.id, entries, after=before)
         self._inflight.append(_InFlight(pending, appended, time.perf_counter()))
 
     async def settle_all(self) -> bool:
