@@ -7,7 +7,7 @@ UV_VERSION := 0.13.9
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 PACKAGES := protocol relay conformance rawp
 
-.PHONY: setup run test lint typecheck pytest bench schemas clean
+.PHONY: setup run test lint typecheck pytest bench schemas clean screenshots
 
 $(STAMP): pyproject.toml uv.lock
 	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -34,6 +34,10 @@ typecheck: setup
 
 pytest: setup
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# Rewrite the tracked dashboard screenshots (tests/browser/screenshots/) from the browser tests.
+screenshots: setup
+	RAWP_UPDATE_SCREENSHOTS=1 $(BIN)/pytest tests/browser -q
 
 bench: setup
 	$(BIN)/uv sync --frozen --inexact --all-extras --group bench --quiet

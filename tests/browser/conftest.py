@@ -3,13 +3,15 @@
 The browser is Debian's ``chromium`` (``/usr/bin/chromium``), driven by Playwright's Python
 API — no browser download. Without a chromium binary every browser test is SKIPPED, and the
 run says so loudly at the end. Each test gets a fresh profile (``--user-data-dir``) in its
-tmp dir; screenshots are saved there and copied to ``tests/browser/screenshots/``
-(committed: one small PNG per view of the dashboard) so a person can look at them; the other
-PNGs written there (the conformance report's) are gitignored by name.
+tmp dir; screenshots are saved there, and with ``RAWP_UPDATE_SCREENSHOTS=1`` (``make
+screenshots``) also copied to ``tests/browser/screenshots/`` (committed: one small PNG per view
+of the dashboard, so a person can look at them). A plain test run leaves the tracked ones
+alone; the other PNGs written there (the conformance report's) are gitignored by name.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -85,13 +87,15 @@ async def browser(chromium_path: str, tmp_path: Path) -> AsyncIterator[Any]:
 
 @pytest.fixture
 def shoot(tmp_path: Path) -> Callable[[Any, str], Awaitable[Path]]:
-    """``await shoot(page, "name")``: a full-page screenshot in tmp and in screenshots/."""
+    """``await shoot(page, "name")``: a full-page screenshot in tmp (and in screenshots/
+    with ``RAWP_UPDATE_SCREENSHOTS``)."""
 
     async def take(page: Any, name: str) -> Path:
         path = tmp_path / f"{name}.png"
         await page.screenshot(path=str(path), full_page=True)
-        SCREENSHOTS.mkdir(exist_ok=True)
-        shutil.copy(path, SCREENSHOTS / path.name)
+        if os.environ.get("RAWP_UPDATE_SCREENSHOTS"):  # a plain run leaves the tracked PNGs
+            SCREENSHOTS.mkdir(exist_ok=True)
+            shutil.copy(path, SCREENSHOTS / path.name)
         return path
 
     return take
