@@ -428,9 +428,11 @@ class CommitPipeline:
         self._inflight.popleft()
         core.metrics.store_latency.observe(time.perf_counter() - item.started)
         pending = item.pending
+        maybe_logged = self._maybe_logged  # empty but after a refusal: no per-frame work then
         for p in pending:
             self._unsettled_ids.discard(p.entry.message_id)
-            self._maybe_logged.pop(p.entry.message_id, None)  # re-sent and settled: known now
+            if maybe_logged:
+                maybe_logged.pop(p.entry.message_id, None)  # re-sent and settled: known now
         # [multinode] another node appended first: its entries go out before ours, then refold
         rebuild = await core.coordinator.before_delivery(core, results)
         delivered: list[Pending] = []
@@ -464,8 +466,9 @@ class CommitPipeline:
         return True
 
     def _refuse(self, pending: list[Pending], cause: BaseException) -> None:
+        retryable = _retryable(cause)  # the store may have applied it all the same
         for p in pending:
-            if _retryable(cause):
+            if retryable:
                 self._maybe_logged[p.entry.message_id] = None
                 if len(self._maybe_logged) > _MAYBE_LOGGED_MAX:
                     del self._maybe_logged[next(iter(self._maybe_logged))]
