@@ -27,7 +27,10 @@ log = structlog.get_logger("rawp.session")
 
 _COALESCE_AUDIENCE: Final = 8
 _MIN_PRESENCE_WAIT: Final = 0.0  # seconds: the least ... (one loop step)
-_MAX_PRESENCE_WAIT: Final = 0.05  # ... and the most a presence change waits to coalesce
+_MAX_PRESENCE_WAIT: Final = 0.25  # ... and the most a presence change waits to coalesce
+# A session's presence steps take at most about this share of the master's time: a step
+# waits (1 / share - 1) times what the last one cost, its write round included.
+_PRESENCE_SHARE: Final = 0.05
 
 
 class Roster:
@@ -74,10 +77,13 @@ class Roster:
         try:
             # Paced by what a step costs, its writes included: logging a change and posting
             # it to a thousand outboxes takes a millisecond, the write round that follows
-            # ten; paced by the first alone, a session's presence steps (each a write to
-            # every recipient) were ~17 % of the master's CPU while 1,000 edges attached.
+            # ten. A step costs the audience, not the changes it carries: waiting 19 steps'
+            # worth keeps presence to ~5 % of the master's time, so what an attach pays for
+            # the others knowing of it stays flat as the audience grows (waiting 2 steps'
+            # worth, 1,000 edges attaching cost twice what 1 edge does: bench/results/storm.md).
             cost = max(self._cost, core.flush_cost)
-            wait = max(_MIN_PRESENCE_WAIT, min(cost * 2, _MAX_PRESENCE_WAIT))
+            wait = cost * (1 / _PRESENCE_SHARE - 1)
+            wait = max(_MIN_PRESENCE_WAIT, min(wait, _MAX_PRESENCE_WAIT))
             await asyncio.sleep(wait)
             async with core.lock, core.coordinator.guard(core):
                 self._task = None
