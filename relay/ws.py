@@ -49,6 +49,7 @@ _POLICY: Final = CloseCode.POLICY_VIOLATION
 _MAX_CLOSE_REASON_BYTES: Final = 123
 _FLUSH_BEFORE_CLOSE_S: Final = 1.0
 _connection_ids = itertools.count(1)
+_NO_HEADERS: Final = Headers()  # shared by every attached connection; nothing writes to it
 
 
 class RateLimiter:
@@ -111,20 +112,22 @@ class WebSocketEndpoint:
     async def handler(self, connection: ServerConnection) -> None:
         """One connection, from hello to close."""
         hub = self.hub
-        structlog.contextvars.bind_contextvars(conn=next(_connection_ids))
+        conn = next(_connection_ids)
         try:
             attached = await self._handshake(connection)
         except HandshakeError as exc:
             hub.metrics.closes.labels(str(exc.close_code)).inc()
-            log.info("handshake_refused", code=int(exc.close_code), reason=exc.message)
+            log.info("handshake_refused", conn=conn, code=int(exc.close_code), reason=exc.message)
             await connection.close(exc.close_code, close_reason(exc.message))
             return
         except ConnectionClosed:
             return
         session, participant = attached
         _forget_upgrade_headers(connection)
+        # Bound once attached (one context copy per connection, not two): what this
+        # connection logs from here on names its session and participant.
         structlog.contextvars.bind_contextvars(
-            session_id=session.id, role=participant.role, participant_id=participant.id
+            conn=conn, session_id=session.id, role=participant.role, participant_id=participant.id
         )
         log.info("attached", generation=participant.generation)
         try:
@@ -140,7 +143,9 @@ class WebSocketEndpoint:
     async def _handshake(self, connection: ServerConnection) -> tuple[Session, Participant]:
         settings = self.hub.settings
         try:
-            first = await asyncio.wait_for(connection.recv(), settings.hello_timeout_s)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for wraps recv() in a task
+            async with asyncio.timeout(settings.hello_timeout_s):
+                first = await connection.recv()
         except TimeoutError:
             raise HelloTimeout("no connection.hello within the handshake timeout") from None
         if isinstance(first, bytes):
@@ -235,9 +240,9 @@ def _forget_upgrade_headers(connection: ServerConnection) -> None:
     reads after the handshake — measured with ``make bench ARGS=memory`` (RSS per idle edge).
     """
     if connection.request is not None:
-        connection.request.headers = Headers()
+        connection.request.headers = _NO_HEADERS
     if connection.response is not None:
-        connection.response.headers = Headers()
+        connection.response.headers = _NO_HEADERS
 
 
 def _offered_subprotocols(headers: Headers) -> list[str]:
