@@ -5,10 +5,15 @@ never waits on a socket. A recipient whose queue grows past its byte bound is a 
 consumer: it is closed with 4429 and recovers by reattaching (notes §11).
 
 The fan-out posts (:meth:`Outbox.post`) and then flushes each recipient once per batch
-(:meth:`Outbox.flush`): when the writer task is idle and the socket takes bytes without
+(:meth:`Outbox.flush`): when no writer task is busy and the socket takes bytes without
 waiting, the flush frames and writes them from the caller — no writer wake-up per recipient,
 which was most of the cost of a frame sent to 1,000 edges (``make bench ARGS=churn``).
-Otherwise, and for everything :meth:`Outbox.put` queues, the writer task writes.
+:meth:`Outbox.put` does the same at once. A writer task runs only while there is something
+the caller cannot write without waiting: a paused transport, a message of 1 MiB or more (a
+backlog, written in slices), a sink that is not a websockets connection; it ends once the
+queue is empty. An attached, idle connection has no task (an attach created one and kept it
+waiting on a future for the connection's life: a task to create and a future per edge,
+``make bench ARGS=storm``).
 
 The writer coalesces: when the sink is an open websockets connection it frames everything
 queued (up to :data:`_CHUNK` bytes) as unfragmented, unmasked text frames (RFC 6455 §5.2, a
@@ -112,9 +117,9 @@ class Outbox:
     ``on_sent(seq)`` is called after each frame that carries a log seq was written, so the
     participant's cursor follows what actually left for the socket.
 
-    An idle outbox holds one future (its writer waiting for work) and no events: with
-    thousands of idle edges per master, two ``asyncio.Event`` (a deque each) per connection
-    were ~1.3 KiB of the per-edge memory (``make bench ARGS=memory``).
+    An idle outbox holds no task, future or event: with thousands of idle edges per master,
+    two ``asyncio.Event`` (a deque each) per connection were ~1.3 KiB of the per-edge memory
+    (``make bench ARGS=memory``).
     """
 
     def __init__(
@@ -132,11 +137,10 @@ class Outbox:
         self._queue: deque[tuple[Data, int]] = deque()
         self._bytes = 0
         self._allowance = 0  # bytes queued before start(): see start()
-        self._waiter: asyncio.Future[None] | None = None  # the idle writer waits on it
         self._idle_waiters: list[asyncio.Future[None]] | None = None  # drain() callers
-        self._writing = False
+        self._started = False
         self._closed = False
-        self._task: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[None] | None = None  # the writer, while it has work
         self._direct = _Direct.of(sink)
 
     @property
@@ -150,19 +154,20 @@ class Outbox:
         return self._closed
 
     def start(self) -> None:
-        """Start the writer task.
+        """Start writing: what is queued goes out now (or through the writer task).
 
         What was queued before the start (the welcome and the reattach backlog, which the
         participant's buffer policy already bounds) does not count against the send bound.
         """
-        if self._task is None:
+        if not self._started and not self._closed:
+            self._started = True
             self._allowance = self._bytes
-            self._task = asyncio.get_running_loop().create_task(self._run())
+            self.flush()
 
     def put(self, data: Data, seq: int = 0) -> None:
-        """Queue one frame (seq 0: not a log entry) and wake the writer. Never blocks."""
+        """Queue one frame (seq 0: not a log entry) and write it. Never blocks."""
         if self.post(data, seq):
-            self._wake()
+            self.flush()
 
     def post(self, data: Data, seq: int = 0) -> bool:
         """Queue one frame without waking the writer: :meth:`flush` must follow. Never blocks.
@@ -175,7 +180,7 @@ class Outbox:
             return False
         self._queue.append((data, seq))
         self._bytes += len(data)
-        if self._task is not None and self._bytes > self._limit + self._allowance:
+        if self._started and self._bytes > self._limit + self._allowance:
             self._closed = True
             self._queue.clear()
             self._bytes = 0
@@ -184,34 +189,31 @@ class Outbox:
         return True
 
     def flush(self) -> None:
-        """Write what is queued now, from the caller, when the writer is idle and the socket
-        takes it without waiting; otherwise leave it to the writer task."""
-        if self._waiter is None or not self._queue:
-            return  # not started, closed, or the writer is busy / already woken: it writes
+        """Write what is queued now, from the caller, when no writer task is busy and the
+        socket takes it without waiting; otherwise leave it to the writer task."""
+        if not self._started or self._closed or self._task is not None or not self._queue:
+            return  # not started, closed, or the writer is busy: it writes
         direct = self._direct
         if direct is None or not direct.writable:
-            self._wake()
+            self._spawn_writer()
             return
         try:
             while self._queue and direct.writable:
                 if len(self._queue[0][0]) >= _LARGE:
-                    self._wake()  # written in slices by the writer, which waits between them
+                    self._spawn_writer()  # written in slices by the writer, waiting between
                     return
                 self._write_chunk(direct)
         except Exception:
-            self._wake()  # the writer meets the same error and ends the outbox
+            self._spawn_writer()  # the writer meets the same error and ends the outbox
             return
         if self._queue:
-            self._wake()  # paused: the writer waits for the transport to drain
+            self._spawn_writer()  # paused: the writer waits for the transport to drain
         elif self._idle_waiters:
             self._wake_drainers()
 
-    def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None:  # one wake-up per batch, not per frame
-            self._waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
+    def _spawn_writer(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
 
     def _consumed(self, size: int) -> None:
         self._bytes -= size
@@ -221,7 +223,7 @@ class Outbox:
 
     async def drain(self, timeout: float) -> bool:
         """Wait until everything queued was written; False on timeout."""
-        if self._closed or (not self._queue and not self._writing):
+        if self._closed or (not self._queue and self._task is None):
             return True
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if self._idle_waiters is None:
@@ -251,33 +253,25 @@ class Outbox:
             self._task.cancel()
 
     async def _run(self) -> None:
+        """Write until the queue is empty, waiting on the socket as needed; then end."""
         queue = self._queue
         direct = self._direct
-        loop = asyncio.get_running_loop()
         try:
-            while True:
-                if not queue:
-                    self._wake_drainers()
-                    self._waiter = waiter = loop.create_future()
-                    await waiter
-                    continue
-                self._writing = True
-                try:
-                    if direct is not None and direct.open:
-                        await self._write_batch(direct)
-                    else:
-                        data, seq = queue.popleft()
-                        self._consumed(len(data))
-                        await self._sink.send(bytes(data), text=True)
-                        if seq:
-                            self._on_sent(seq)
-                finally:
-                    self._writing = False
+            while queue and not self._closed:
+                if direct is not None and direct.open:
+                    await self._write_batch(direct)
+                else:
+                    data, seq = queue.popleft()
+                    self._consumed(len(data))
+                    await self._sink.send(bytes(data), text=True)
+                    if seq:
+                        self._on_sent(seq)
         except Exception:
             # The socket is gone; the reader side notices and detaches the participant.
             self._closed = True
         finally:
-            self._waiter = None
+            if self._task is asyncio.current_task():
+                self._task = None
             self._wake_drainers()
 
     async def _write_batch(self, direct: _Direct) -> None:
