@@ -7,13 +7,14 @@ newest ``retention`` entries, so ``lost_frame_count`` arithmetic is exercised he
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import heapq
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from protocol.errors import SessionMissing
+from protocol.errors import SessionMissing, StoreUnavailableError
 
 from .base import (
     AppendResult,
@@ -127,7 +128,34 @@ class MemoryStore(Store):
         )
         return [sid for _, sid in ended[:limit]]
 
+    def append_nowait(
+        self,
+        session_id: str,
+        entries: Sequence[NewEntry],
+        *,
+        after: asyncio.Future[list[AppendResult]] | None = None,
+    ) -> asyncio.Future[list[AppendResult]]:
+        """Applied at once (this store's append never waits): a future already done, no task
+        per append. An ``append`` replaced on the instance or a subclass (a store wrapped to
+        inject faults) gets the default, awaited path."""
+        if getattr(self.append, "__func__", None) is not MemoryStore.append or (
+            after is not None and not after.done()
+        ):
+            return super().append_nowait(session_id, entries, after=after)
+        future: asyncio.Future[list[AppendResult]] = asyncio.get_running_loop().create_future()
+        if after is not None and (after.cancelled() or after.exception() is not None):
+            future.set_exception(StoreUnavailableError("not appended: the append before it failed"))
+        else:
+            try:
+                future.set_result(self._append(session_id, entries))
+            except Exception as exc:  # SessionMissing, as the awaited call would raise it
+                future.set_exception(exc)
+        return future
+
     async def append(self, session_id: str, entries: Sequence[NewEntry]) -> list[AppendResult]:
+        return self._append(session_id, entries)
+
+    def _append(self, session_id: str, entries: Sequence[NewEntry]) -> list[AppendResult]:
         s = self._get(session_id)
         if s is None:
             raise SessionMissing(session_id)
