@@ -204,7 +204,9 @@ class Outbox:
                     return
                 self._write_chunk(direct)
         except Exception:
-            self._spawn_writer()  # the writer meets the same error and ends the outbox
+            # The chunk in hand is gone with the socket: end here, as the writer would (a
+            # later frame written after a lost one would be a gap in the stream).
+            self.close()
             return
         if self._queue:
             self._spawn_writer()  # paused: the writer waits for the transport to drain
@@ -213,7 +215,15 @@ class Outbox:
 
     def _spawn_writer(self) -> None:
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
+            self._task = task = asyncio.get_running_loop().create_task(self._run())
+            task.add_done_callback(self._writer_done)
+
+    def _writer_done(self, task: asyncio.Task[None]) -> None:
+        # Also when it was cancelled before its first step (its ``finally`` never ran):
+        # a task left set would stop every later flush.
+        if self._task is task:
+            self._task = None  # the next flush or put writes what is queued
+            self._wake_drainers()
 
     def _consumed(self, size: int) -> None:
         self._bytes -= size
@@ -272,7 +282,7 @@ class Outbox:
         finally:
             if self._task is asyncio.current_task():
                 self._task = None
-            self._wake_drainers()
+            self._wake_drainers()  # (and _writer_done, for a task cancelled before it ran)
 
     async def _write_batch(self, direct: _Direct) -> None:
         """Frame up to _CHUNK queued bytes, write them at once, wait while paused.

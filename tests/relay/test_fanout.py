@@ -91,3 +91,41 @@ async def test_posting_past_the_bound_closes_the_outbox_as_a_slow_consumer() -> 
         assert not outbox.post(frame(3), seq=3)
         outbox.flush()  # nothing left to write, nothing raised
         assert outbox.queued_bytes == 0
+
+
+async def test_an_idle_outbox_holds_no_writer_task() -> None:
+    """Started and written to while the socket takes everything, an outbox creates no task."""
+    async with connected() as (ws, client):
+        before = asyncio.all_tasks()
+        outbox = Outbox(ws, limit_bytes=1 << 20, on_sent=lambda _: None, on_overflow=lambda: None)
+        outbox.put(frame(1))  # the welcome, queued before the start
+        outbox.start()
+        outbox.put(frame(2))
+        assert asyncio.all_tasks() == before
+        got = [await asyncio.wait_for(client.recv(decode=False), 5) for _ in range(2)]
+        assert got == [frame(1), frame(2)]
+        assert await outbox.drain(1)
+        outbox.close()
+
+
+async def test_a_writer_cancelled_before_it_ran_does_not_stop_later_writes() -> None:
+    """A writer task cancelled from outside is forgotten: the next put writes what is queued."""
+    async with connected() as (ws, client):
+        outbox = Outbox(ws, limit_bytes=64 << 20, on_sent=lambda _: None, on_overflow=lambda: None)
+        outbox.start()
+        before = asyncio.all_tasks()
+        ws.transport.pause_reading()  # unrelated side: only the write side matters here
+        ws.paused = True  # the transport said "stop writing" (pause_writing)
+        outbox.put(frame(1))
+        writers = asyncio.all_tasks() - before
+        assert len(writers) == 1
+        (writer,) = writers
+        writer.cancel()  # before its first step
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        ws.paused = False
+        ws.transport.resume_reading()
+        outbox.put(frame(2))
+        got = [await asyncio.wait_for(client.recv(decode=False), 5) for _ in range(2)]
+        assert got == [frame(1), frame(2)]
+        outbox.close()
