@@ -13,6 +13,7 @@ import heapq
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from protocol.errors import SessionMissing, StoreUnavailableError
 
@@ -138,8 +139,11 @@ class MemoryStore(Store):
         """Applied at once (this store's append never waits): a future already done, no task
         per append. An ``append`` replaced on the instance or a subclass (a store wrapped to
         inject faults) gets the default, awaited path."""
-        if getattr(self.append, "__func__", None) is not MemoryStore.append or (
-            after is not None and not after.done()
+        own = self.append
+        if (
+            getattr(own, "__func__", None) is not _OWN_APPEND
+            or getattr(own, "__self__", None) is not self
+            or (after is not None and not after.done())
         ):
             return super().append_nowait(session_id, entries, after=after)
         future: asyncio.Future[list[AppendResult]] = asyncio.get_running_loop().create_future()
@@ -285,3 +289,6 @@ class MemoryStore(Store):
 
     async def get_credential(self, digest: str) -> Credential | None:
         return self._credentials.get(digest)
+
+
+_OWN_APPEND: Final = MemoryStore.append  # as defined here: a patched class is not this one
