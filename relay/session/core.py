@@ -15,7 +15,7 @@ import contextlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from protocol.frames import Frame, History, Sender
@@ -27,10 +27,18 @@ from ..metrics import Metrics
 from ..store.base import Deadline, LogEntry, SessionHeader, Store
 from .participant import Participant
 
-__all__ = ["Hooks", "SessionCore", "SessionDeps"]
+__all__ = ["Hooks", "PresenceSteps", "SessionCore", "SessionDeps"]
 
 _MAX_FLUSH_WAIT: Final = 0.02  # seconds: the most a delivery waits for the session's flush
 _RECENT_IDS: Final = 65536
+
+
+@dataclass(slots=True)
+class PresenceSteps:
+    """How many of the node's sessions have a presence step waiting: their steps are paced
+    together (docs/protocol.md §5 item 11), since they share the node's time."""
+
+    waiting: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,6 +55,7 @@ class SessionDeps:
     new_lock: Callable[[], contextlib.AbstractAsyncContextManager[Any]]
     # Drops an ended session from the node's registry (the hub's ``forget``).
     forget: Callable[[Any], None]
+    presence: PresenceSteps = field(default_factory=PresenceSteps)
 
     def deadline_for(self, session_id: str, participant_id: str) -> Deadline:
         """The reattach-window deadline of a participant that detaches now."""

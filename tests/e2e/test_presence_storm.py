@@ -158,3 +158,32 @@ async def test_small_sessions_keep_one_change_per_frame(master: Master) -> None:
     assert "changes" not in got["payload"]
     assert got["payload"]["state"] == "detached"
     await client.close()
+
+
+async def test_sessions_bursting_together_each_end_exact_and_the_pacing_settles(
+    master: Master,
+) -> None:
+    """Four sessions of twelve edges attach at once (their presence steps paced together):
+    every roster of every session ends exact, and no step is left counted as waiting."""
+    sids = [f"s-storm-shared-{i}" for i in range(4)]
+    clients = await asyncio.gather(
+        *(Peer.open(master.ws_url, sid, token=API_KEY, create=True) for sid in sids)
+    )
+    edges = await asyncio.gather(*(_edge(master, sid) for sid in sids for _ in range(12)))
+    by_session = {sid: [c] for sid, c in zip(sids, clients, strict=True)}
+    for i, edge in enumerate(edges):
+        by_session[sids[i // 12]].append(edge)
+    rosters = {sid: [Roster(p) for p in peers] for sid, peers in by_session.items()}
+    await asyncio.gather(*(_agree(master, sid, rosters[sid]) for sid in sids))
+    for sid in sids:
+        assert len(_truth(master, sid)) == 13
+    await asyncio.gather(*(p.close() for p in edges[::2]))
+    await wait_until(lambda: all(len(_truth(master, sid)) == 7 for sid in sids), timeout=30)
+    staying = {sid: [r for r in rs if r.peer not in edges[::2]] for sid, rs in rosters.items()}
+    await asyncio.gather(*(_agree(master, sid, staying[sid]) for sid in sids))
+    await wait_until(lambda: master.hub.session_deps.presence.waiting == 0, timeout=10)
+    for rs in rosters.values():
+        for r in rs:
+            r.task.cancel()
+    for p in (*clients, *edges[1::2]):
+        await p.close()
