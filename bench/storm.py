@@ -8,7 +8,10 @@ hello with a welcome, nothing else) beside it in the same run, and load generato
 1. Attach rate: ``--storm-edges`` (default 1,000) edges attach, at most 100 handshakes in
    flight, to sessions of 1, 10, 100 and 1,000 edges (each session has its attached client,
    created untimed); the same number of connections attach to the minimal server. Rate =
-   edges / (first connect → last welcome). Aim: ≥ 0.8× the minimal server's.
+   edges / (first connect → last welcome). ``--rounds`` rounds per audience, master and
+   minimal server alternating, each started once the server is idle (the last round's
+   detaches done), after one untimed warm-up round per server; the medians are quoted.
+   Aim: ≥ 0.8× the minimal server's.
 2. Storm: 1 session × 1,000 edges, then 100 sessions × 100 edges (``--quick``: 10 × 100).
    Every edge attaches, receives 20 client frames live, then every edge's TCP connection is
    cut at once; each client sends 20 more; then every edge reattaches at once with its
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -58,6 +62,8 @@ AIM_RATIO: Final = 0.8
 AIM_STORM_S: Final = 3.0
 AUDIENCES: Final = (1, 10, 100, 1000)
 STORM_IN_FLIGHT: Final = 1000  # the generator's handshakes in flight during a storm
+ATTACH_ROUNDS: Final = 3  # attach-rate rounds per audience and server (``--rounds``), median
+WARMUP_EDGES: Final = 200  # one untimed round per server before the first measured one
 
 
 async def _attach_rate(
@@ -87,6 +93,17 @@ async def _attach_rate(
     finally:
         await w.finish(timeout=10)
     return float(got["edges"]) / float(got["seconds"]), 1000 * cpu / float(got["edges"])
+
+
+async def _quiet(server: Proc, *, limit_s: float = 10.0) -> None:
+    """Wait until ``server`` is idle (under 2 % of a core for 200 ms): what the last round
+    left behind (its edges' detaches, their presence, the collector) is not the next's."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        before = server.cpu_seconds()
+        await asyncio.sleep(0.2)
+        if server.cpu_seconds() - before < 0.004:
+            return
 
 
 async def _minimal_storm(baseline: Proc, sessions: int, eps: int) -> dict[str, Any]:
@@ -181,16 +198,27 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         )
         baseline = await start_baseline(loop=loop)
         try:
+            rounds = max(1, int(getattr(args, "rounds", 0) or ATTACH_ROUNDS))
+            for server, minimal in ((master, False), (baseline, True)):
+                await _attach_rate(server, 1, WARMUP_EDGES, minimal)  # untimed: first paths
             for eps in AUDIENCES:
-                m, m_cpu = await _attach_rate(master, eps, total, False)
-                b, b_cpu = await _attach_rate(baseline, eps, total, True)
+                rounds_m: list[tuple[float, float]] = []
+                rounds_b: list[tuple[float, float]] = []
+                for _ in range(rounds):  # alternating, so both see the same machine
+                    await _quiet(master)
+                    rounds_m.append(await _attach_rate(master, eps, total, False))
+                    await _quiet(baseline)
+                    rounds_b.append(await _attach_rate(baseline, eps, total, True))
                 rates.append(
                     {
                         "edges_per_session": eps,
-                        "master": round(m),
-                        "minimal": round(b),
-                        "master_cpu_ms": round(m_cpu, 3),
-                        "minimal_cpu_ms": round(b_cpu, 3),
+                        "master": round(statistics.median(r for r, _ in rounds_m)),
+                        "minimal": round(statistics.median(r for r, _ in rounds_b)),
+                        "master_cpu_ms": round(statistics.median(c for _, c in rounds_m), 3),
+                        "minimal_cpu_ms": round(statistics.median(c for _, c in rounds_b), 3),
+                        "rounds": rounds,
+                        "master_rounds": [round(r) for r, _ in rounds_m],
+                        "minimal_rounds": [round(r) for r, _ in rounds_b],
                     }
                 )
             profile = not getattr(args, "no_profile", False)
@@ -273,6 +301,14 @@ def plot(result: dict[str, Any], directory: Path) -> dict[str, str]:
     return {name: "attach rate by session audience"}
 
 
+def _rounds_cell(rate: dict[str, Any]) -> str:
+    if "master_rounds" not in rate:
+        return "–"
+    master = ", ".join(f"{x:,}" for x in rate["master_rounds"])
+    minimal = ", ".join(f"{x:,}" for x in rate["minimal_rounds"])
+    return f"{master} / {minimal}"
+
+
 def _minimal_cell(minimal: dict[str, Any] | None) -> str:
     if not minimal:
         return "–"
@@ -321,6 +357,7 @@ def markdown(result: dict[str, Any]) -> str:
                 "ratio",
                 "CPU ms per attach: master / minimal",
                 "× per CPU-s",
+                "rounds: master / minimal attaches/s",
             ],
             [
                 [
@@ -330,11 +367,14 @@ def markdown(result: dict[str, Any]) -> str:
                     f"{x['ratio']}×",
                     f"{x.get('master_cpu_ms', '–')} / {x.get('minimal_cpu_ms', '–')}",
                     f"{x['cpu_ratio']}×" if "cpu_ratio" in x else "–",
+                    _rounds_cell(x),
                 ]
                 for x in r["attach_rates"]
             ],
-            "rrrrrr",
+            "rrrrrrl",
         ),
+        "Medians of the rounds, master and minimal server alternating, each round started "
+        "once the server was idle, after an untimed warm-up round per server. "
         "*CPU ms per attach* is the server process's CPU time from the first connect to the "
         "last welcome, per attach: the cross-check that other load on the machine disturbs "
         "least (the rates move with whatever else runs on the two cores).",
