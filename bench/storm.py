@@ -9,8 +9,10 @@ hello with a welcome, nothing else) beside it in the same run, and load generato
    flight, to sessions of 1, 10, 100 and 1,000 edges (each session has its attached client,
    created untimed); the same number of connections attach to the minimal server. Rate =
    edges / (first connect → last welcome). ``--rounds`` rounds per audience, master and
-   minimal server alternating, each started once the server is idle (the last round's
-   detaches done), after one untimed warm-up round per server; the medians are quoted.
+   minimal server alternating, each started once both servers are idle (the last round's
+   closes and detaches done), after one untimed warm-up round per server; the medians are
+   quoted. Then the same rounds on the other event loop (asyncio beside uvloop, which
+   ``--loop auto`` picks as ``rawp serve`` does): the two servers do not gain or lose alike.
    Aim: ≥ 0.8× the minimal server's.
 2. Storm: 1 session × 1,000 edges, then 100 sessions × 100 edges (``--quick``: 10 × 100).
    Every edge attaches, receives 20 client frames live, then every edge's TCP connection is
@@ -95,14 +97,70 @@ async def _attach_rate(
     return float(got["edges"]) / float(got["seconds"]), 1000 * cpu / float(got["edges"])
 
 
-async def _quiet(server: Proc, *, limit_s: float = 10.0) -> None:
-    """Wait until ``server`` is idle (under 2 % of a core for 200 ms): what the last round
-    left behind (its edges' detaches, their presence, the collector) is not the next's."""
+async def _rates(master: Proc, baseline: Proc, total: int, rounds: int) -> list[dict[str, Any]]:
+    """Attach rate by audience: ``rounds`` alternating rounds each, after a warm-up."""
+    rates: list[dict[str, Any]] = []
+    for server, minimal in ((master, False), (baseline, True)):
+        await _attach_rate(server, 1, WARMUP_EDGES, minimal)  # untimed: first paths
+    for eps in AUDIENCES:
+        rounds_m: list[tuple[float, float]] = []
+        rounds_b: list[tuple[float, float]] = []
+        for _ in range(rounds):  # alternating, so both see the same machine
+            await _quiet(master, baseline)
+            rounds_m.append(await _attach_rate(master, eps, total, False))
+            await _quiet(master, baseline)
+            rounds_b.append(await _attach_rate(baseline, eps, total, True))
+        rate = {
+            "edges_per_session": eps,
+            "master": round(statistics.median(r for r, _ in rounds_m)),
+            "minimal": round(statistics.median(r for r, _ in rounds_b)),
+            "master_cpu_ms": round(statistics.median(c for _, c in rounds_m), 3),
+            "minimal_cpu_ms": round(statistics.median(c for _, c in rounds_b), 3),
+            "rounds": rounds,
+            "master_rounds": [round(r) for r, _ in rounds_m],
+            "minimal_rounds": [round(r) for r, _ in rounds_b],
+        }
+        rate["ratio"] = round(rate["master"] / rate["minimal"], 2) if rate["minimal"] else 0.0
+        rate["cpu_ratio"] = round(rate["minimal_cpu_ms"] / max(rate["master_cpu_ms"], 1e-9), 2)
+        rates.append(rate)
+    return rates
+
+
+def _rate_figures(rates: list[dict[str, Any]], suffix: str) -> list[dict[str, Any]]:
+    return [
+        figure(
+            f"attach rate, sessions of {r['edges_per_session']:,} edges{suffix}",
+            r["master"],
+            "attaches/s",
+            baseline=r["minimal"],
+            baseline_label="minimal websockets server",
+            aim=f"≥ {AIM_RATIO}×",
+            met=r["ratio"] >= AIM_RATIO,
+            note=f"{r['ratio']:.2f}×",
+        )
+        for r in rates
+    ]
+
+
+def _other_loop(loop: str) -> str | None:
+    """The event loop the attach rates are also measured on: asyncio beside uvloop (what
+    ``auto`` picks when installed, as ``rawp serve`` does), uvloop beside asyncio."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return None
+    return "uvloop" if loop == "asyncio" else "asyncio"
+
+
+async def _quiet(*servers: Proc, limit_s: float = 10.0) -> None:
+    """Wait until every server is idle (each under 2 % of a core for 200 ms): what the last
+    round left behind on either (its edges' closes and detaches, their presence, the
+    collector) is not on the cores while the next round is measured."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
-        before = server.cpu_seconds()
+        before = [s.cpu_seconds() for s in servers]
         await asyncio.sleep(0.2)
-        if server.cpu_seconds() - before < 0.004:
+        if all(s.cpu_seconds() - b < 0.004 for s, b in zip(servers, before, strict=True)):
             return
 
 
@@ -197,30 +255,9 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
             extra, control=True, loop=loop, stderr_path=workdir / "master.log"
         )
         baseline = await start_baseline(loop=loop)
+        rounds = max(1, int(getattr(args, "rounds", 0) or ATTACH_ROUNDS))
         try:
-            rounds = max(1, int(getattr(args, "rounds", 0) or ATTACH_ROUNDS))
-            for server, minimal in ((master, False), (baseline, True)):
-                await _attach_rate(server, 1, WARMUP_EDGES, minimal)  # untimed: first paths
-            for eps in AUDIENCES:
-                rounds_m: list[tuple[float, float]] = []
-                rounds_b: list[tuple[float, float]] = []
-                for _ in range(rounds):  # alternating, so both see the same machine
-                    await _quiet(master)
-                    rounds_m.append(await _attach_rate(master, eps, total, False))
-                    await _quiet(baseline)
-                    rounds_b.append(await _attach_rate(baseline, eps, total, True))
-                rates.append(
-                    {
-                        "edges_per_session": eps,
-                        "master": round(statistics.median(r for r, _ in rounds_m)),
-                        "minimal": round(statistics.median(r for r, _ in rounds_b)),
-                        "master_cpu_ms": round(statistics.median(c for _, c in rounds_m), 3),
-                        "minimal_cpu_ms": round(statistics.median(c for _, c in rounds_b), 3),
-                        "rounds": rounds,
-                        "master_rounds": [round(r) for r, _ in rounds_m],
-                        "minimal_rounds": [round(r) for r, _ in rounds_b],
-                    }
-                )
+            rates = await _rates(master, baseline, total, rounds)
             profile = not getattr(args, "no_profile", False)
             for sessions, eps in ((1, 1000), (10 if quick else 100, 100)):
                 storm = await _storm(master, sessions, eps, workdir, profile)
@@ -229,23 +266,21 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             await baseline.stop()
             await master.stop()
-    figures = []
-    for r in rates:
-        ratio = r["master"] / r["minimal"] if r["minimal"] else 0.0
-        r["ratio"] = round(ratio, 2)
-        r["cpu_ratio"] = round(r["minimal_cpu_ms"] / max(r["master_cpu_ms"], 1e-9), 2)
-        figures.append(
-            figure(
-                f"attach rate, sessions of {r['edges_per_session']:,} edges",
-                r["master"],
-                "attaches/s",
-                baseline=r["minimal"],
-                baseline_label="minimal websockets server",
-                aim=f"≥ {AIM_RATIO}×",
-                met=ratio >= AIM_RATIO,
-                note=f"{ratio:.2f}×",
+        other = _other_loop(loop)
+        other_rates: list[dict[str, Any]] = []
+        if other is not None:
+            # The same rounds on the other event loop: the master's attach path and the
+            # minimal server's do not gain or lose alike from a loop (bench/results/storm.md).
+            master = await start_master(
+                extra, control=True, loop=other, stderr_path=workdir / "master-other.log"
             )
-        )
+            baseline = await start_baseline(loop=other)
+            try:
+                other_rates = await _rates(master, baseline, total, rounds)
+            finally:
+                await baseline.stop()
+                await master.stop()
+    figures = [*_rate_figures(rates, ""), *_rate_figures(other_rates, f" ({other} loop)")]
     for s in storms:
         exact = s["exact_edges"] == s["edges"] and s["presence_exact_edges"] == s["edges"]
         minimal = s.get("minimal") or {}
@@ -269,6 +304,8 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         "loop": getattr(args, "loop", "asyncio"),
         "attach_edges": total,
         "attach_rates": rates,
+        "other_loop": other,
+        "attach_rates_other_loop": other_rates,
         "storms": storms,
         "figures": figures,
         "environment": env,
@@ -284,21 +321,57 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def plot(result: dict[str, Any], directory: Path) -> dict[str, str]:
     """Attach rate by audience, master and minimal server."""
     name = f"{NAME}-attach-rate.png"
-    rates = result["attach_rates"]
+    series: dict[str, list[list[float]]] = {}
+    runs = [(result.get("loop") or "auto", result["attach_rates"])]
+    if result.get("attach_rates_other_loop"):
+        runs.append((result["other_loop"], result["attach_rates_other_loop"]))
+    for loop, rates in runs:
+        series[f"master ({result['store']} store, {loop} loop)"] = [
+            [r["edges_per_session"], r["master"]] for r in rates
+        ]
+        series[f"minimal websockets server ({loop} loop)"] = [
+            [r["edges_per_session"], r["minimal"]] for r in rates
+        ]
     series_by_x(
         directory / name,
         f"Attach rate, {result['attach_edges']:,} edges (picows generator)",
-        {
-            f"master ({result['store']} store)": [
-                [r["edges_per_session"], r["master"]] for r in rates
-            ],
-            "minimal websockets server": [[r["edges_per_session"], r["minimal"]] for r in rates],
-        },
+        series,
         x_label="edges per session",
         y_label="attaches/s",
         log_x=True,
     )
     return {name: "attach rate by session audience"}
+
+
+def _loop_name(loop: str | None) -> str:
+    return "auto (uvloop when installed, as `rawp serve`)" if loop in (None, "auto") else loop
+
+
+def _rates_table(rates: list[dict[str, Any]]) -> str:
+    return table(
+        [
+            "edges per session",
+            "master attaches/s",
+            "minimal server attaches/s",
+            "ratio",
+            "CPU ms per attach: master / minimal",
+            "× per CPU-s",
+            "rounds: master / minimal attaches/s",
+        ],
+        [
+            [
+                f"{x['edges_per_session']:,}",
+                x["master"],
+                x["minimal"],
+                f"{x['ratio']}×",
+                f"{x.get('master_cpu_ms', '–')} / {x.get('minimal_cpu_ms', '–')}",
+                f"{x['cpu_ratio']}×" if "cpu_ratio" in x else "–",
+                _rounds_cell(x),
+            ]
+            for x in rates
+        ],
+        "rrrrrrl",
+    )
 
 
 def _rounds_cell(rate: dict[str, Any]) -> str:
@@ -349,32 +422,20 @@ def markdown(result: dict[str, Any]) -> str:
         "# Reconnect storms (issue 16)",
         "",
         figures_table(r["figures"]),
-        table(
+        f"Attach rates on the {_loop_name(r.get('loop'))} loop (the storms' below):",
+        "",
+        _rates_table(r["attach_rates"]),
+        *(
             [
-                "edges per session",
-                "master attaches/s",
-                "minimal server attaches/s",
-                "ratio",
-                "CPU ms per attach: master / minimal",
-                "× per CPU-s",
-                "rounds: master / minimal attaches/s",
-            ],
-            [
-                [
-                    f"{x['edges_per_session']:,}",
-                    x["master"],
-                    x["minimal"],
-                    f"{x['ratio']}×",
-                    f"{x.get('master_cpu_ms', '–')} / {x.get('minimal_cpu_ms', '–')}",
-                    f"{x['cpu_ratio']}×" if "cpu_ratio" in x else "–",
-                    _rounds_cell(x),
-                ]
-                for x in r["attach_rates"]
-            ],
-            "rrrrrrl",
+                f"The same on the {r['other_loop']} loop:",
+                "",
+                _rates_table(r["attach_rates_other_loop"]),
+            ]
+            if r.get("attach_rates_other_loop")
+            else []
         ),
         "Medians of the rounds, master and minimal server alternating, each round started "
-        "once the server was idle, after an untimed warm-up round per server. "
+        "once both servers were idle, after an untimed warm-up round per server. "
         "*CPU ms per attach* is the server process's CPU time from the first connect to the "
         "last welcome, per attach: the cross-check that other load on the machine disturbs "
         "least (the rates move with whatever else runs on the two cores).",
