@@ -1,4 +1,4 @@
-"""Delivery to one participant: a bounded send queue drained by its own writer task.
+"""Delivery to one participant: a bounded send queue, written from the caller when it can.
 
 The fan-out path only appends already-encoded bytes to each recipient's :class:`Outbox`; it
 never waits on a socket. A recipient whose queue grows past its byte bound is a slow
@@ -8,12 +8,13 @@ The fan-out posts (:meth:`Outbox.post`) and then flushes each recipient once per
 (:meth:`Outbox.flush`): when no writer task is busy and the socket takes bytes without
 waiting, the flush frames and writes them from the caller — no writer wake-up per recipient,
 which was most of the cost of a frame sent to 1,000 edges (``make bench ARGS=churn``).
-:meth:`Outbox.put` does the same at once. A writer task runs only while there is something
-the caller cannot write without waiting: a paused transport, a message of 1 MiB or more (a
-backlog, written in slices), a sink that is not a websockets connection; it ends once the
-queue is empty. An attached, idle connection has no task (an attach created one and kept it
-waiting on a future for the connection's life: a task to create and a future per edge,
-``make bench ARGS=storm``).
+:meth:`Outbox.put` does the same at the next loop step. A writer task runs only while
+there is something the caller cannot write without waiting: a paused transport, a message
+of 1 MiB or more (a backlog, written in slices), a sink that is not a websockets
+connection; it ends once the queue is empty. An attached, idle connection has no task (an
+attach created one and kept it waiting on a future for the connection's life: a task to
+create and a future per edge, ``make bench ARGS=storm``; 1.8 KiB of an idle edge's memory,
+``make bench ARGS=memory``).
 
 The writer coalesces: when the sink is an open websockets connection it frames everything
 queued (up to :data:`_CHUNK` bytes) as unfragmented, unmasked text frames (RFC 6455 §5.2, a
@@ -139,6 +140,7 @@ class Outbox:
         self._allowance = 0  # bytes queued before start(): see start()
         self._idle_waiters: list[asyncio.Future[None]] | None = None  # drain() callers
         self._started = False
+        self._flush_due = False  # a flush is scheduled for the next loop step
         self._closed = False
         self._task: asyncio.Task[None] | None = None  # the writer, while it has work
         self._direct = _Direct.of(sink)
@@ -166,12 +168,22 @@ class Outbox:
             # Not from inside the attach: written with the loop step's other writes, the
             # welcome cost the master ~5 % less CPU per attach on either loop (make bench
             # ARGS=storm; a write made in the middle of handling a read costs more).
-            asyncio.get_running_loop().call_soon(self.flush)
+            self._flush_soon()
 
     def put(self, data: Data, seq: int = 0) -> None:
-        """Queue one frame (seq 0: not a log entry) and write it. Never blocks."""
-        if self.post(data, seq):
-            self.flush()
+        """Queue one frame (seq 0: not a log entry); it is written at the next loop step,
+        with whatever else is queued by then (several errors of one step: one write)."""
+        if self.post(data, seq) and self._started:
+            self._flush_soon()
+
+    def _flush_soon(self) -> None:
+        if not self._flush_due:
+            self._flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush_due_now)
+
+    def _flush_due_now(self) -> None:
+        self._flush_due = False
+        self.flush()
 
     def post(self, data: Data, seq: int = 0) -> bool:
         """Queue one frame without waking the writer: :meth:`flush` must follow. Never blocks.

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import ServerConnection, serve
 
@@ -117,6 +118,7 @@ async def test_a_writer_cancelled_before_it_ran_does_not_stop_later_writes() -> 
         ws.transport.pause_reading()  # unrelated side: only the write side matters here
         ws.paused = True  # the transport said "stop writing" (pause_writing)
         outbox.put(frame(1))
+        await asyncio.sleep(0)  # the put's flush runs, finds the socket paused: a writer
         writers = asyncio.all_tasks() - before
         assert len(writers) == 1
         (writer,) = writers
@@ -128,4 +130,29 @@ async def test_a_writer_cancelled_before_it_ran_does_not_stop_later_writes() -> 
         outbox.put(frame(2))
         got = [await asyncio.wait_for(client.recv(decode=False), 5) for _ in range(2)]
         assert got == [frame(1), frame(2)]
+        outbox.close()
+
+
+async def test_frames_put_in_one_loop_step_go_out_in_one_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Several puts of one step (errors answering a burst) are one socket write, in order."""
+    async with connected() as (ws, client):
+        outbox = Outbox(ws, limit_bytes=1 << 20, on_sent=lambda _: None, on_overflow=lambda: None)
+        outbox.start()
+        await asyncio.sleep(0.01)
+        writes: list[bytes] = []
+        write = ws.transport.write
+
+        def counted(data: bytes) -> None:
+            writes.append(data)
+            write(data)
+
+        monkeypatch.setattr(ws.transport, "write", counted)
+        for i in range(1, 4):
+            outbox.put(frame(i))
+        assert writes == []  # at the next loop step
+        got = [await asyncio.wait_for(client.recv(decode=False), 5) for _ in range(3)]
+        assert got == [frame(1), frame(2), frame(3)]
+        assert len(writes) == 1
         outbox.close()
