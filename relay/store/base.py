@@ -45,9 +45,11 @@ __all__ = [
     "SessionHeader",
     "Store",
     "StoreOpenError",
+    "append_behind_failed",
     "checked_format",
     "newer_format",
     "received_of",
+    "refused_behind",
 ]
 
 FORMAT_VERSION: Final = 1
@@ -60,6 +62,22 @@ _SCAN_LIMIT: Final = 4096  # how far back Store.last_received's default looks
 class StoreOpenError(StoreError):
     """The store cannot be opened (a database that is not RAWP's, damaged, newer, read-only
     or owned by another process). The message is one line naming the file (seed 004)."""
+
+
+def append_behind_failed() -> StoreUnavailableError:
+    """What an append chained behind one that failed gets, unapplied (every backend): its
+    entries were folded on top of that one's (:meth:`Store.append_nowait`)."""
+    return StoreUnavailableError("not appended: the append before it failed")
+
+
+def refused_behind(
+    after: asyncio.Future[list[AppendResult]] | None,
+) -> StoreUnavailableError | None:
+    """The refusal of an append chained behind ``after`` (settled): None when there is no
+    ``after`` or it succeeded."""
+    if after is not None and (after.cancelled() or after.exception() is not None):
+        return append_behind_failed()
+    return None
 
 
 def newer_format(session_id: str, version: int) -> FormatVersionError:
@@ -316,8 +334,9 @@ class Store(abc.ABC):
     ) -> list[AppendResult]:
         if after is not None:
             await asyncio.wait([after])  # its outcome only: never cancels it
-            if after.cancelled() or after.exception() is not None:
-                raise StoreUnavailableError("not appended: the append before it failed")
+            refused = refused_behind(after)
+            if refused is not None:
+                raise refused
         return await self.append(session_id, entries)
 
     @abc.abstractmethod

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from protocol.errors import SessionMissing, StoreUnavailableError
+from protocol.errors import SessionMissing
 
 from .base import (
     AppendResult,
@@ -28,6 +28,7 @@ from .base import (
     Store,
     checked_format,
     received_of,
+    refused_behind,
 )
 
 __all__ = ["MemoryStore"]
@@ -147,8 +148,9 @@ class MemoryStore(Store):
         ):
             return super().append_nowait(session_id, entries, after=after)
         future: asyncio.Future[list[AppendResult]] = asyncio.get_running_loop().create_future()
-        if after is not None and (after.cancelled() or after.exception() is not None):
-            future.set_exception(StoreUnavailableError("not appended: the append before it failed"))
+        refused = refused_behind(after)
+        if refused is not None:
+            future.set_exception(refused)
         else:
             try:
                 future.set_result(self._append(session_id, entries))

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from protocol.errors import SessionMissing, StoreError, StoreUnavailableError
 
-from ..base import FORMAT_VERSION, AppendResult, NewEntry, newer_format
+from ..base import FORMAT_VERSION, AppendResult, NewEntry, append_behind_failed, newer_format
 from .errors import NodeFencedError, mapped
 from .framing import encode, pack_batch
 from .keys import SessionKeys, check_id
@@ -179,9 +179,7 @@ class Appender:
     @staticmethod
     def _orphan(pending: _Pending) -> None:
         if not pending.future.done():
-            pending.future.set_exception(
-                StoreUnavailableError("not appended: the append before it failed")
-            )
+            pending.future.set_exception(append_behind_failed())
 
     async def append_batch(
         self, session_id: str, entries: Sequence[NewEntry], epoch: int
