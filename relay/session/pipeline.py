@@ -384,7 +384,8 @@ class CommitPipeline:
         core = self.core
         before = self._inflight[-1].appended if self._inflight else None
         entries = [p.entry for p in pending]
-        if core.coordinator.lease_epoch:
+        epoch = 0
+        if core.coordinator.lease_epoch:  # one node holds no lease: no per-frame work here
             # [multinode] a participant's frames are written under the lease it attached
             # under, never under one this node took later (after it was declared dead, §16.9):
             # refused if that lease was fenced, whatever the timing of judging and new lease.
@@ -392,9 +393,7 @@ class CommitPipeline:
                 (p.participant.record.epoch for p in pending if p.participant is not None),
                 default=0,
             )
-            with core.coordinator.writes_under(epoch) if epoch else contextlib.nullcontext():
-                appended = core.store.append_nowait(core.id, entries, after=before)
-        else:
+        with core.coordinator.writes_under(epoch) if epoch else contextlib.nullcontext():
             appended = core.store.append_nowait(core.id, entries, after=before)
         self._inflight.append(_InFlight(pending, appended, time.perf_counter()))
 
