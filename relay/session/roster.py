@@ -76,14 +76,11 @@ class Roster:
         """Wait one delivery step (paced by the last one's cost), then log what is due."""
         core = self.core
         try:
-            # Paced by what a step costs, its writes included: logging a change and posting
-            # it to a thousand outboxes takes a millisecond, the write round that follows
-            # ten. A step costs the audience, not the changes it carries: waiting 19 steps'
-            # worth keeps presence to ~5 % of the master's time, so what an attach pays for
-            # the others knowing of it stays flat as the audience grows (waiting 2 steps'
-            # worth, 1,000 edges attaching cost twice what 1 edge does: bench/results/storm.md).
-            # And the node's sessions share it: with 100 sessions of 100 edges reattaching at
-            # once, each paced alone took 5 % of the node, 100 of them all of it.
+            # Paced by what a step costs, its write round included (a millisecond to log and
+            # post to 1,000 outboxes, ten to write them): a step costs its audience, not the
+            # changes it carries, so an attach's share stays flat as the audience grows
+            # (paced 2x, attaching to 1,000 edges cost twice what 1 did; paced per session
+            # alone, 100 sessions bursting took the whole node: bench/results/storm.md).
             steps = core.deps.presence
             cost = max(self._cost, core.flush_cost)
             wait = cost * (1 / _PRESENCE_SHARE - 1) * (steps.waiting + 1)
