@@ -27,7 +27,7 @@ from protocol.frames import Hello, Sender
 from protocol.state import Phase
 
 from .archive import finish_ending, purge_archives
-from .auth import Authenticator, Principal
+from .auth import Authenticator, HeldCredentials, Principal
 from .cluster import cancel_and_wait, node_for
 from .config import Settings
 from .coordination import Node
@@ -88,6 +88,7 @@ class Hub:
         self.settings = settings
         self.store = store
         self.auth = Authenticator(store)
+        self.held_credentials = HeldCredentials()  # what the credential watch checks
         self.metrics = Metrics()
         self.master_sender = Sender(role="master", participant_id=settings.node_id)
         self.shutting_down = False

@@ -77,18 +77,11 @@ class CredentialWatch:
     async def check_once(self) -> int:
         """One round: end what rests on an invalid credential; returns how many ended.
 
-        The walk over every participant only collects the distinct credentials (no awaits in
-        it, so nothing is copied, and nothing per connection is allocated: with thousands of
-        connections this runs twice a second); connections are looked up again only for a
-        credential found invalid, which is rare.
+        The WebSockets' credentials are the hub's :class:`~relay.auth.HeldCredentials` (one
+        entry per credential, however many connections hold it: a round costs the credentials
+        in use); connections are looked up only for a credential found invalid, which is rare.
         """
-        principals: dict[str, Principal] = {}
-        for session in self._hub.sessions.values():
-            for participant in session.participants.values():
-                principal = participant.principal
-                credential_id = principal.credential_id
-                if credential_id and credential_id not in principals:
-                    principals[credential_id] = principal  # built in code (tests) has none
+        principals = self._hub.held_credentials.principals()
         streams = list(self._streams())
         for stream in streams:
             principal = stream.principal

@@ -130,11 +130,13 @@ class WebSocketEndpoint:
             conn=conn, session_id=session.id, role=participant.role, participant_id=participant.id
         )
         log.info("attached", generation=participant.generation)
+        hub.held_credentials.hold(participant.principal)  # [trust] checked until detached
         try:
             await self._read(connection, session, participant)
         except ConnectionClosed:
             pass
         finally:
+            hub.held_credentials.release(participant.principal)
             hub.metrics.connections.labels(participant.role).dec()
             await session.detach(participant, finalize_client=not hub.shutting_down)
             log.info("detached", code=connection.close_code)

@@ -20,10 +20,11 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 
-from relay.auth import new_api_key
+from relay.auth import digest, new_api_key
 from relay.server import Master
 from tests.e2e.conftest import API_KEY
 from tests.e2e.conftest import test_settings as settings_for
+from tests.e2e.util import wait_until
 from tests.relay.http.test_sse import RawStream
 from tests.support.redis_server import RedisServer
 from tests.support.wire import Peer, new_turn_id
@@ -88,6 +89,29 @@ async def test_expiry_ends_websockets_and_busy_streams(master: Master) -> None:
         await chatter.stop()
     await stream.close()
     await client.close()
+
+
+async def test_the_watch_reads_each_held_credential_once_until_its_last_connection_goes(
+    master: Master,
+) -> None:
+    """Connections hold their credential from attach to detach, counted once per credential."""
+    held = master.hub.held_credentials
+    key_id = digest(API_KEY)
+    client = await Peer.open(master.ws_url, "s-held", token=API_KEY, create=True)
+    token, _ = await master.hub.auth.issue_token("default", "s-held")
+    edges = [
+        await Peer.open(master.ws_url, "s-held", role="edge", token=API_KEY),
+        await Peer.open(master.ws_url, "s-held", role="edge", token=token),
+    ]
+    assert held.count(key_id) == 2
+    assert held.count(digest(token)) == 1
+    assert sorted(held.principals()) == sorted([key_id, digest(token)])
+    await edges[1].close()
+    await wait_until(lambda: held.count(digest(token)) == 0)
+    assert held.count(key_id) == 2  # the others still hold theirs
+    for peer in (edges[0], client):
+        await peer.close()
+    await wait_until(lambda: not held.principals())
 
 
 async def test_revocation_over_http_ends_busy_streams_at_once(master: Master) -> None:
