@@ -182,6 +182,9 @@ class CloseCode(enum.IntEnum):
     """The master is shutting down or handing the session off: reattach."""
     POLICY_VIOLATION = 1008
     """Over the rate limit."""
+    TRY_AGAIN_LATER = 1013
+    """The store could not be reached while attaching: reattach after a backoff (RFC 6455's
+    registered "Try Again Later"; the connection was not attached)."""
     MALFORMED_HELLO = 4400
     BAD_CREDENTIAL = 4401
     """Unknown, expired or revoked credential (also a credential revoked while attached)."""

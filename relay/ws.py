@@ -1,7 +1,8 @@
 """The WebSocket endpoint ``/v1/ws`` (notes §2, §5): handshake, credentials, reader loop.
 
 One coroutine per connection: wait for ``connection.hello`` (4408 after the timeout), check
-version (4426) and credential (4401 / 4403), attach (4404 / 4409 / 4410), then read frames
+version (4426) and credential (4401 / 4403), attach (4404 / 4409 / 4410; 1013 when the store
+cannot be reached: nothing is attached, the peer reattaches after a backoff), then read frames
 until the socket closes and hand each to the session. Nothing here parses JSON twice: the
 text message is encoded to bytes once and those bytes are what gets logged and relayed.
 """
@@ -33,6 +34,7 @@ from protocol.errors import (
     ProtocolError,
     ProtocolVersionMismatch,
     RateLimited,
+    StoreError,
     UnsupportedData,
 )
 from protocol.frames import SUBPROTOCOL, Ack, Hello
@@ -121,6 +123,13 @@ class WebSocketEndpoint:
             await connection.close(exc.close_code, close_reason(exc.message))
             return
         except ConnectionClosed:
+            return
+        except StoreError as exc:
+            # The store failed mid-attach (an outage, a fenced lease): nothing was attached.
+            code = CloseCode.TRY_AGAIN_LATER
+            hub.metrics.closes.labels(str(int(code))).inc()
+            log.warning("attach_store_unavailable", conn=conn, error=str(exc))
+            await connection.close(code, "the store is unavailable: reattach later")
             return
         session, participant = attached
         _forget_upgrade_headers(connection)

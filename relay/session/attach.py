@@ -96,12 +96,22 @@ class Attacher:
             record.cursor = max(min(cursor, core.head), record.cursor if resumed else 0)
         else:
             record.cursor = core.head
+        client_id = core.client_id
         core.participants[record.participant_id] = participant
         if role == "client":
             core.client_id = record.participant_id
-        # The record and its reattach deadline disarmed in one write; an expiry that fires
-        # before it finds the participant attached (it waits for this lock) and does nothing.
-        await store.put_attached(core.id, record)
+        try:
+            # The record and its reattach deadline disarmed in one write; an expiry that fires
+            # before it finds the participant attached (it waits for this lock) and does nothing.
+            await store.put_attached(core.id, record)
+        except BaseException:
+            # Not attached after all (the store is down): no participant left behind that
+            # nobody reads, counted against the edge limit and posted every entry.
+            if core.participants.get(record.participant_id) is participant:
+                del core.participants[record.participant_id]
+                core.client_id = client_id
+            participant.outbox.close()
+            raise
         if previous is None:
             await self.roster.announce(record, "attached")
         participant.outbox.start()
