@@ -144,6 +144,33 @@ async def test_a_fenced_node_can_rename_nothing(backend: Backend) -> None:
 
 
 @redis_backends
+async def test_a_fenced_node_can_write_no_participant_record(backend: Backend) -> None:
+    """The participant write checks the same fence as the append: under a fenced lease the
+    record the recovering node owns stays as it was; the node's next lease writes again."""
+    node = redis_store(backend, node_id="node-pr")
+    sweeper = redis_store(backend, node_id="node-pr-sweeper")
+    s = await new_session(node)
+    await node.node_heartbeat("node-pr", new_epoch=True)
+    await node.put_participant(s, ParticipantRecord(participant_id="p-1", role="edge", cursor=3))
+    epoch = await sweeper.claim_node("node-pr", dead_after_ms=0, lease_ms=5000, token="t")
+    assert epoch is not None
+    assert await sweeper.fence_node(s, "node-pr", epoch)
+    stale = ParticipantRecord(participant_id="p-1", role="edge", cursor=1, attached=True)
+    with pytest.raises(NodeFencedError):
+        await node.put_participant(s, stale)
+    with pytest.raises(NodeFencedError):
+        await node.put_attached(s, stale)
+    kept = await node.get_participant(s, "p-1")
+    assert kept is not None
+    assert kept.cursor == 3
+    assert await node.node_heartbeat("node-pr") is False  # a new lease
+    await node.put_participant(s, stale)
+    again = await node.get_participant(s, "p-1")
+    assert again is not None
+    assert again.cursor == 1
+
+
+@redis_backends
 async def test_a_fenced_node_can_delete_nothing(backend: Backend) -> None:
     """The delete script checks the same fence as the append: under a fenced lease the
     session, its log and participants stay (no tombstone); the node's next lease deletes."""

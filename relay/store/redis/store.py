@@ -419,10 +419,13 @@ class RedisStore(Store):
 
     async def put_participant(self, session_id: str, record: ParticipantRecord) -> None:
         k = SessionKeys.of(session_id)
-        with mapped():
-            await self._scripts.put_if_session(
-                keys=[k.hdr, k.parts], args=[record.participant_id, encode(record)]
-            )
+        await self._fenced_write(
+            session_id,
+            self._scripts.put_if_session,
+            [k.hdr, k.parts],
+            record.participant_id,
+            encode(record),
+        )
 
     async def get_participant(
         self, session_id: str, participant_id: str
