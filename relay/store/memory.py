@@ -3,12 +3,15 @@
 Appends are synchronous under the event loop, so they are atomic and "durable" as far as
 this process goes; nothing survives a restart. Optional retention trims each log to its
 newest ``retention`` entries, so ``lost_frame_count`` arithmetic is exercised here too.
+Headers go in and come out as copies, as from a database: a caller's change to one it holds
+is not the store's until it is written (a session's header is changed before its write).
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import copy
 import heapq
 import itertools
 from collections.abc import Sequence
@@ -72,16 +75,16 @@ class MemoryStore(Store):
     async def create_session(self, header: SessionHeader) -> tuple[SessionHeader, bool]:
         existing = self._sessions.get(header.session_id)
         if existing is not None:
-            return existing.header, False
+            return copy.copy(existing.header), False
         self._tombstones.discard(header.session_id)
-        self._sessions[header.session_id] = _Session(header=header)
+        self._sessions[header.session_id] = _Session(header=copy.copy(header))
         return header, True
 
     async def get_session(self, session_id: str) -> SessionHeader | None:
         s = self._get(session_id)
         if s is None:
             return None
-        return checked_format(s.header)
+        return checked_format(copy.copy(s.header))
 
     async def is_deleted(self, session_id: str) -> bool:
         return session_id in self._tombstones
@@ -91,7 +94,7 @@ class MemoryStore(Store):
     ) -> list[SessionHeader]:
         ids = sorted(k for k, v in self._sessions.items() if v.header.workspace == workspace)
         start = bisect.bisect_right(ids, after) if after is not None else 0
-        return [self._sessions[i].header for i in ids[start : start + limit]]
+        return [copy.copy(self._sessions[i].header) for i in ids[start : start + limit]]
 
     async def rename_session(self, session_id: str, name: str) -> None:
         s = self._get(session_id)
@@ -235,7 +238,7 @@ class MemoryStore(Store):
         if source is None or header.session_id in self._sessions:
             return False
         copied = [e for e in source.entries if e.seq <= at_seq]
-        fork = _Session(header=header)
+        fork = _Session(header=copy.copy(header))
         for e in copied:
             fork.entries.append(e)
             fork.by_message_id[e.message_id] = e.seq
