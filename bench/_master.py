@@ -11,7 +11,10 @@ with what benchmarks need around it:
   participants, slow consumers), ``snapshot NAME`` / ``diff A B TOP`` (with
   ``--tracemalloc``: Python allocations grown between two snapshots, by file:line), ``stop``;
   stdin closing stops the master too;
-* ``--max-seconds N`` — stop by itself after N seconds whatever happens.
+* ``--max-seconds N`` — stop by itself after N seconds whatever happens;
+* ``--experiment-no-presence`` — log no presence at all (attaches, detaches, expiries): not
+  RAWP any more (nobody learns who is attached), only to measure what presence costs
+  (:mod:`bench.presence_price`).
 
 Prints ``RAWP master: ws URL  http URL`` once listening, like ``rawp serve``.
 """
@@ -138,6 +141,16 @@ async def _main(args: argparse.Namespace) -> None:
 _REPO_ROOT = str(Path(__file__).resolve().parent.parent) + "/"
 
 
+def _silence_presence() -> None:
+    """Every presence change is dropped instead of logged and delivered (the experiment)."""
+    from relay.session.roster import Roster
+
+    async def announce(self: Roster, record: Any, state: str) -> None:
+        return None
+
+    Roster.announce = announce  # type: ignore[method-assign]
+
+
 def _relative(filename: str) -> str:
     """A traced file's path inside site-packages or this checkout, for short report rows."""
     return filename.split("site-packages/")[-1].removeprefix(_REPO_ROOT)
@@ -150,7 +163,10 @@ def main() -> None:
     parser.add_argument("--control", action="store_true")
     parser.add_argument("--max-seconds", type=float, default=900.0)
     parser.add_argument("--tracemalloc", action="store_true", help="trace Python allocations")
+    parser.add_argument("--experiment-no-presence", action="store_true")
     args = parser.parse_args()
+    if args.experiment_no_presence:
+        _silence_presence()
     if args.tracemalloc:
         import tracemalloc
 

@@ -226,6 +226,7 @@ async def start_master(
     stderr_path: Path | None = None,
     tracemalloc: bool = False,
     root: Path | None = None,
+    no_presence: bool = False,
 ) -> Proc:
     """A master on free 127.0.0.1 ports with API key :data:`API_KEY`, log level warning.
 
@@ -233,7 +234,8 @@ async def start_master(
     interpreter and its dependencies, instead of this checkout's.
 
     ``rawp_serve`` runs the ``rawp serve`` command itself; otherwise ``bench._master``
-    (same flags, plus ``--loop``, ``--profile``, ``--control``, ``--max-seconds``).
+    (same flags, plus ``--loop``, ``--profile``, ``--control``, ``--max-seconds``;
+    ``no_presence``: ``--experiment-no-presence``, see :mod:`bench._master`).
     """
     common = [
         "--host", "127.0.0.1", "--ws-port", "0", "--http-port", "0",
@@ -252,6 +254,8 @@ async def start_master(
             argv.append("--control")
         if tracemalloc:
             argv.append("--tracemalloc")
+        if no_presence:
+            argv.append("--experiment-no-presence")
     process = await _spawn(argv, stderr_path=stderr_path, root=root)
     words = await _announced(process, "RAWP master:", 30.0)
     # "RAWP master: ws URL  http URL"

@@ -55,7 +55,18 @@ from ._procs import (
 from ._profile import pyspy_path, pyspy_record, summarise_collapsed
 from ._report import environment, figure, figures_table, markdown_footer, now_iso, table
 
-__all__ = ["DESCRIPTION", "NAME", "markdown", "plot", "run"]
+__all__ = [
+    "AUDIENCES",
+    "DESCRIPTION",
+    "NAME",
+    "WARMUP_EDGES",
+    "attach_rate",
+    "markdown",
+    "other_loop",
+    "plot",
+    "quiet",
+    "run",
+]
 
 NAME: Final = "storm"
 DESCRIPTION: Final = "reconnect storms: attach rate by audience vs a minimal server, 1,000 back"
@@ -68,7 +79,7 @@ ATTACH_ROUNDS: Final = 3  # attach-rate rounds per audience and server (``--roun
 WARMUP_EDGES: Final = 200  # one untimed round per server before the first measured one
 
 
-async def _attach_rate(
+async def attach_rate(
     server: Proc, eps: int, total: int, minimal: bool, concurrency: int = 100
 ) -> tuple[float, float]:
     """(attaches/s, server CPU ms per attach) for ``total`` edges in sessions of ``eps``."""
@@ -101,15 +112,15 @@ async def _rates(master: Proc, baseline: Proc, total: int, rounds: int) -> list[
     """Attach rate by audience: ``rounds`` alternating rounds each, after a warm-up."""
     rates: list[dict[str, Any]] = []
     for server, minimal in ((master, False), (baseline, True)):
-        await _attach_rate(server, 1, WARMUP_EDGES, minimal)  # untimed: first paths
+        await attach_rate(server, 1, WARMUP_EDGES, minimal)  # untimed: first paths
     for eps in AUDIENCES:
         rounds_m: list[tuple[float, float]] = []
         rounds_b: list[tuple[float, float]] = []
         for _ in range(rounds):  # alternating, so both see the same machine
-            await _quiet(master, baseline)
-            rounds_m.append(await _attach_rate(master, eps, total, False))
-            await _quiet(master, baseline)
-            rounds_b.append(await _attach_rate(baseline, eps, total, True))
+            await quiet(master, baseline)
+            rounds_m.append(await attach_rate(master, eps, total, False))
+            await quiet(master, baseline)
+            rounds_b.append(await attach_rate(baseline, eps, total, True))
         rate = {
             "edges_per_session": eps,
             "master": round(statistics.median(r for r, _ in rounds_m)),
@@ -142,7 +153,7 @@ def _rate_figures(rates: list[dict[str, Any]], suffix: str) -> list[dict[str, An
     ]
 
 
-def _other_loop(loop: str) -> str | None:
+def other_loop(loop: str) -> str | None:
     """The event loop the attach rates are also measured on: asyncio beside uvloop (what
     ``auto`` picks when installed, as ``rawp serve`` does), uvloop beside asyncio."""
     try:
@@ -152,7 +163,7 @@ def _other_loop(loop: str) -> str | None:
     return "uvloop" if loop == "asyncio" else "asyncio"
 
 
-async def _quiet(*servers: Proc, limit_s: float = 10.0) -> None:
+async def quiet(*servers: Proc, limit_s: float = 10.0) -> None:
     """Wait until every server is idle (each under 2 % of a core for 200 ms): what the last
     round left behind on either (its edges' closes and detaches, their presence, the
     collector) is not on the cores while the next round is measured."""
@@ -169,7 +180,7 @@ async def _minimal_storm(baseline: Proc, sessions: int, eps: int) -> dict[str, A
     as the storm's reconnect (handshake + hello → welcome: the least a reattach costs)."""
     edges = sessions * eps
     in_flight = min(edges, STORM_IN_FLIGHT)
-    rate, cpu_ms = await _attach_rate(baseline, eps, edges, True, concurrency=in_flight)
+    rate, cpu_ms = await attach_rate(baseline, eps, edges, True, concurrency=in_flight)
     return {
         "seconds": round(edges / rate, 3),
         "cpu_s": round(cpu_ms * edges / 1000, 2),
@@ -266,7 +277,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             await baseline.stop()
             await master.stop()
-        other = _other_loop(loop)
+        other = other_loop(loop)
         other_rates: list[dict[str, Any]] = []
         if other is not None:
             # The same rounds on the other event loop: the master's attach path and the
