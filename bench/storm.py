@@ -163,10 +163,12 @@ def other_loop(loop: str) -> str | None:
     return "uvloop" if loop == "asyncio" else "asyncio"
 
 
-async def quiet(*servers: Proc, limit_s: float = 10.0) -> None:
+async def quiet(*servers: Proc, limit_s: float = 10.0, after_s: float = 0.0) -> None:
     """Wait until every server is idle (each under 2 % of a core for 200 ms): what the last
     round left behind on either (its edges' closes and detaches, their presence, the
-    collector) is not on the cores while the next round is measured."""
+    collector) is not on the cores while the next round is measured. ``after_s``: look only
+    after that long (work due later, such as expiries, has started by then)."""
+    await asyncio.sleep(after_s)
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         before = [s.cpu_seconds() for s in servers]
