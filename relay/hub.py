@@ -207,8 +207,6 @@ class Hub:
                     self._archived.popitem(last=False)
                 future.set_result(session)
                 return session
-            if state.name != header.name:
-                await session.effects.name_from_log(state.name)  # a rename the header missed
             for record in await self.store.list_participants(session_id):
                 if record.role == "client":
                     session.client_id = record.participant_id

@@ -145,13 +145,6 @@ class Effects:
             elif change.state == "expired" and core.client_id == pid:
                 core.client_id = None
 
-    async def name_from_log(self, name: str) -> None:
-        """The log's last rename is not the header's name (its header write was refused and
-        the session unloaded before its next entry wrote it): the log wins, written now, or
-        with the next entry this node commits if the store still refuses."""
-        self.core.header.name = name
-        await self._write_name(name)
-
     async def _write_name(self, name: str) -> None:
         """Write ``name`` into the session's header. The log holds the rename whatever the
         store answers here: a refusal is logged, and one the store may take later (it is

@@ -228,34 +228,6 @@ async def test_a_rename_the_header_cannot_take_delays_no_frame_and_is_written_la
     assert master.hub.sessions[sid].header.name == "offline"
 
 
-async def test_a_rename_the_header_missed_is_written_when_the_session_is_next_loaded(
-    master: Master, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Refused header write, then the session unloaded before any next entry: the node that
-    loads it again writes the log's name into the header (the log wins)."""
-    sid = "s-rename-unloaded"
-    client, edge = await client_and_edge(master, sid)
-
-    async def refused(session_id: str, name: str) -> None:
-        raise StoreUnavailableError("redis unreachable")
-
-    monkeypatch.setattr(master.store, "rename_session", refused)
-    renamed = await client.send("session.renamed", rename_payload(sid, "while-down"))
-    assert (await edge.recv())["message_id"] == renamed["message_id"]
-    header = await master.store.get_session(sid)
-    assert header is not None
-    assert header.name != "while-down"  # the store refused it
-    monkeypatch.undo()
-    session = master.hub.sessions[sid]
-    session.coordinator.store_failed(session)  # what a failed store call does: reload later
-    assert sid not in master.hub.sessions
-    late = await Peer.open(master.ws_url, sid, role="edge", token=API_KEY)
-    assert late.welcome["payload"]["session"]["name"] == "while-down"
-    header = await master.store.get_session(sid)
-    assert header is not None
-    assert header.name == "while-down"
-
-
 async def test_a_rename_inside_a_history_the_header_cannot_take_loses_no_later_frame(
     master: Master, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,4 +1,4 @@
-"""The memory store's appends: applied at once, unless its append was replaced (faults)."""
+"""The memory store: appends applied at once (unless replaced, for faults); headers copied."""
 
 from __future__ import annotations
 
@@ -72,3 +72,22 @@ async def test_a_replaced_append_is_the_one_called(
         await store.append_nowait("s-mem", [_entry("m-1")])
     assert calls == ["m-1"]
     assert await store.read("s-mem") == []
+
+
+async def test_a_header_it_hands_out_is_a_copy() -> None:
+    """Changing a header the store handed out (as a session does before writing) changes
+    nothing stored until it is written: the store says what was written, like a database."""
+    store = MemoryStore()
+    created, _ = await store.create_session(new_session_header("s-copy", "default", name="a"))
+    created.name = "unwritten"
+    got = await store.get_session("s-copy")
+    assert got is not None
+    assert got.name == "a"
+    got.name = "unwritten too"
+    listed = await store.list_sessions("default")
+    assert [h.name for h in listed] == ["a"]
+    listed[0].name = "still unwritten"
+    await store.rename_session("s-copy", "b")
+    again = await store.get_session("s-copy")
+    assert again is not None
+    assert again.name == "b"
