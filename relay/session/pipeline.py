@@ -408,8 +408,10 @@ class CommitPipeline:
         """Wait for the oldest append in flight, then deliver its batch. False if refused."""
         core = self.core
         item = self._inflight[0]
+        appended = item.appended
         try:
-            results = await asyncio.shield(item.appended)
+            # Done already (the memory store appends at once): no shield, no suspension.
+            results = appended.result() if appended.done() else await asyncio.shield(appended)
         except StoreError as exc:  # any store failure (SessionMissing too): answered, never fatal
             self._inflight.popleft()
             core.metrics.store_errors.inc()
@@ -525,7 +527,7 @@ class CommitPipeline:
         sender = self.core.master_sender
         pending: list[Pending] = []
         for frame in frames:
-            bare = msgspec.structs.replace(frame, sender=None)
+            bare = frame if frame.sender is None else msgspec.structs.replace(frame, sender=None)
             fold(self.core.state, bare, "master")
             head, tail = codec.stamp_parts(codec.encode(bare), bare, sender)
             entry = NewEntry(
