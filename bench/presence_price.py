@@ -99,7 +99,8 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     ]
     return {
         "benchmark": NAME,
-        "command": "make bench ARGS=" + ('"presence_price --quick"' if args.quick else NAME),
+        "command": "make bench ARGS="
+        + ('"presence_price --quick"' if getattr(args, "quick", False) else NAME),
         "loop": loop,
         "edges_per_round": EDGES,
         "by_loop": by_loop,

@@ -272,25 +272,27 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         loop = getattr(args, "loop", "asyncio")  # the same event loop for both servers
         baseline = await start_baseline(loop=loop)
         rounds = max(1, int(getattr(args, "rounds", 0) or ATTACH_ROUNDS))
-        master = await start_master(
-            rate_extra, control=True, loop=loop, stderr_path=workdir / "master-rates.log"
-        )
         try:
-            rates = await _rates(master, baseline, total, rounds)
-        finally:
-            await master.stop()
-        master = await start_master(
-            extra, control=True, loop=loop, stderr_path=workdir / "master.log"
-        )
-        try:
-            profile = not getattr(args, "no_profile", False)
-            for sessions, eps in ((1, 1000), (10 if quick else 100, 100)):
-                storm = await _storm(master, sessions, eps, workdir, profile)
-                storm["minimal"] = await _minimal_storm(baseline, sessions, eps)
-                storms.append(storm)
+            master = await start_master(
+                rate_extra, control=True, loop=loop, stderr_path=workdir / "master-rates.log"
+            )
+            try:
+                rates = await _rates(master, baseline, total, rounds)
+            finally:
+                await master.stop()
+            master = await start_master(
+                extra, control=True, loop=loop, stderr_path=workdir / "master.log"
+            )
+            try:
+                profile = not getattr(args, "no_profile", False)
+                for sessions, eps in ((1, 1000), (10 if quick else 100, 100)):
+                    storm = await _storm(master, sessions, eps, workdir, profile)
+                    storm["minimal"] = await _minimal_storm(baseline, sessions, eps)
+                    storms.append(storm)
+            finally:
+                await master.stop()
         finally:
             await baseline.stop()
-            await master.stop()
         other = other_loop(loop)
         other_rates: list[dict[str, Any]] = []
         if other is not None:
