@@ -23,9 +23,9 @@ import asyncio
 import statistics
 from typing import Any, Final
 
-from ._procs import UNTHROTTLED, Proc, start_baseline, start_master
+from ._procs import start_baseline, start_master
 from ._report import environment, figure, figures_table, markdown_footer, now_iso, table
-from .storm import AUDIENCES, WARMUP_EDGES, attach_rate, other_loop, quiet
+from .storm import RATE_WINDOW_S, alternating_rounds, other_loop, rate_master_flags
 
 __all__ = ["DESCRIPTION", "NAME", "markdown", "run"]
 
@@ -33,35 +33,23 @@ NAME: Final = "presence_price"
 DESCRIPTION: Final = "what presence costs an attach: the master with and without it vs minimal"
 
 EDGES: Final = 1000  # attaches per round
-# The masters' reattach window: a round's edges expire (and announce it) before the next round
-# is measured, not during a later one (with the default 120 s they landed in later rounds).
-WINDOW_S: Final = 1.0
 SERVERS: Final = ("master", "no_presence", "minimal")
-
-
-async def _servers(loop: str) -> dict[str, Proc]:
-    extra = [*UNTHROTTLED, "--max-edges-per-session", "1100", "--store", "memory"]
-    extra += ["--reattach-window", str(WINDOW_S)]
-    return {
-        "master": await start_master(extra, control=True, loop=loop),
-        "no_presence": await start_master(extra, control=True, loop=loop, no_presence=True),
-        "minimal": await start_baseline(loop=loop),
-    }
 
 
 async def _measure(loop: str, rounds: int) -> list[dict[str, Any]]:
     """Per audience: each server's median rate and CPU per attach over alternating rounds."""
-    servers = await _servers(loop)
+    flags = rate_master_flags()
+    servers = {
+        "master": (await start_master(flags, control=True, loop=loop), False),
+        "no_presence": (
+            await start_master(flags, control=True, loop=loop, no_presence=True),
+            False,
+        ),
+        "minimal": (await start_baseline(loop=loop), True),
+    }
     try:
-        for name, server in servers.items():
-            await attach_rate(server, 1, WARMUP_EDGES, name == "minimal")  # untimed
         rows = []
-        for eps in AUDIENCES:
-            got: dict[str, list[tuple[float, float]]] = {name: [] for name in SERVERS}
-            for _ in range(rounds):
-                for name, server in servers.items():
-                    await quiet(*servers.values(), after_s=WINDOW_S + 0.5)
-                    got[name].append(await attach_rate(server, eps, EDGES, name == "minimal"))
+        for eps, got in (await alternating_rounds(servers, EDGES, rounds)).items():
             row: dict[str, Any] = {"edges_per_session": eps, "rounds": rounds}
             for name in SERVERS:
                 row[name] = round(statistics.median(r for r, _ in got[name]))
@@ -72,7 +60,7 @@ async def _measure(loop: str, rounds: int) -> list[dict[str, Any]]:
             rows.append(row)
         return rows
     finally:
-        for server in servers.values():
+        for server, _ in servers.values():
             await server.stop()
 
 
@@ -127,7 +115,7 @@ def markdown(result: dict[str, Any]) -> str:
         "100 handshakes in flight; rounds alternate between the master, the same master "
         "without presence (`--experiment-no-presence`: a measurement, not RAWP) and the "
         "minimal websockets server, each once every server is idle after the last round's "
-        f"edges expired (reattach window {WINDOW_S:g} s); medians quoted. *Price* = the "
+        f"edges expired (reattach window {RATE_WINDOW_S:g} s); medians quoted. *Price* = the "
         "master's CPU per attach minus the master-without-presence's.",
         "",
         figures_table(result["figures"]),

@@ -60,12 +60,14 @@ __all__ = [
     "AUDIENCES",
     "DESCRIPTION",
     "NAME",
-    "WARMUP_EDGES",
+    "RATE_WINDOW_S",
+    "alternating_rounds",
     "attach_rate",
     "markdown",
     "other_loop",
     "plot",
     "quiet",
+    "rate_master_flags",
     "run",
 ]
 
@@ -113,19 +115,41 @@ async def attach_rate(
     return float(got["edges"]) / float(got["seconds"]), 1000 * cpu / float(got["edges"])
 
 
+def rate_master_flags(store: str = "memory") -> list[str]:
+    """The flags of a master the attach rates are measured on (``RATE_WINDOW_S``)."""
+    return [
+        *UNTHROTTLED,
+        "--max-edges-per-session", "1100", "--store", store,
+        "--reattach-window", str(RATE_WINDOW_S),
+    ]  # fmt: skip
+
+
+async def alternating_rounds(
+    servers: dict[str, tuple[Proc, bool]], total: int, rounds: int
+) -> dict[int, dict[str, list[tuple[float, float]]]]:
+    """Per audience, each server's ``rounds`` (attaches/s, CPU ms per attach): one untimed
+    warm-up round per server, then rounds alternating between the servers (so all see the
+    same machine), each once every server is idle after the last round's expiries.
+    ``servers``: name → (process, is the minimal server)."""
+    for server, minimal in servers.values():
+        await attach_rate(server, 1, WARMUP_EDGES, minimal)  # untimed: first paths
+    procs = [server for server, _ in servers.values()]
+    got: dict[int, dict[str, list[tuple[float, float]]]] = {}
+    for eps in AUDIENCES:
+        got[eps] = {name: [] for name in servers}
+        for _ in range(rounds):
+            for name, (server, minimal) in servers.items():
+                await quiet(*procs, after_s=RATE_WINDOW_S + 0.5)
+                got[eps][name].append(await attach_rate(server, eps, total, minimal))
+    return got
+
+
 async def _rates(master: Proc, baseline: Proc, total: int, rounds: int) -> list[dict[str, Any]]:
     """Attach rate by audience: ``rounds`` alternating rounds each, after a warm-up."""
+    servers = {"master": (master, False), "minimal": (baseline, True)}
     rates: list[dict[str, Any]] = []
-    for server, minimal in ((master, False), (baseline, True)):
-        await attach_rate(server, 1, WARMUP_EDGES, minimal)  # untimed: first paths
-    for eps in AUDIENCES:
-        rounds_m: list[tuple[float, float]] = []
-        rounds_b: list[tuple[float, float]] = []
-        for _ in range(rounds):  # alternating, so both see the same machine
-            await quiet(master, baseline, after_s=RATE_WINDOW_S + 0.5)
-            rounds_m.append(await attach_rate(master, eps, total, False))
-            await quiet(master, baseline, after_s=RATE_WINDOW_S + 0.5)
-            rounds_b.append(await attach_rate(baseline, eps, total, True))
+    for eps, got in (await alternating_rounds(servers, total, rounds)).items():
+        rounds_m, rounds_b = got["master"], got["minimal"]
         rate = {
             "edges_per_session": eps,
             "master": round(statistics.median(r for r, _ in rounds_m)),
@@ -268,7 +292,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="rawp-bench-") as tmp:
         workdir = Path(tmp)
         extra = [*UNTHROTTLED, "--max-edges-per-session", "1100", "--store", store]
-        rate_extra = [*extra, "--reattach-window", str(RATE_WINDOW_S)]
+        rate_extra = rate_master_flags(store)
         loop = getattr(args, "loop", "asyncio")  # the same event loop for both servers
         baseline = await start_baseline(loop=loop)
         rounds = max(1, int(getattr(args, "rounds", 0) or ATTACH_ROUNDS))
