@@ -127,7 +127,7 @@ class SoleNode:
     """This master alone: every multi-node hook is a no-op.
 
     ``forget`` is how a session whose store write failed is dropped from the node's
-    registry, so that its next use loads it again from the log.
+    registry (with its connections), so that its next use loads it again from the log.
     """
 
     def __init__(self, node_id: str, forget: Callable[[Any], None]) -> None:
@@ -203,7 +203,7 @@ class SoleNode:
         return False
 
     def store_failed(self, session: object) -> None:
-        """Forget the session: its next use reloads it."""
+        """Forget the session and close its connections: its next use reloads it."""
         self._forget(session)
 
     def ended_elsewhere(self, session: object) -> None:

@@ -18,6 +18,7 @@ import structlog
 
 from protocol import codec, names
 from protocol.errors import (
+    CloseCode,
     Forbidden,
     NoSuchSession,
     SessionGone,
@@ -30,10 +31,10 @@ from .archive import finish_ending, purge_archives
 from .auth import Authenticator, HeldCredentials, Principal
 from .cluster import cancel_and_wait, node_for
 from .config import Settings
-from .coordination import Node
+from .coordination import Node, SoleNode
 from .fanout import Sink
 from .metrics import Metrics
-from .restart import recover_after_restart
+from .restart import recover_after_restart, recover_loaded
 from .session import Participant, Session, SessionDeps, rebuild_state
 from .store.base import Deadline, SessionHeader, Store
 
@@ -134,6 +135,23 @@ class Hub:
             self.metrics.sessions.set(len(self._sessions))
             self.cluster.unfollow(session)
 
+    def unload_stale(self, session: Session) -> None:
+        """A store write of ``session`` failed on this sole node: what it holds in memory may
+        not be what the store holds (a presence or a detach not recorded, a state folded
+        ahead of the log). It accepts nothing more, its connections are closed 1013 and it is
+        forgotten: they reattach, resuming, to the session loaded afresh from the store, which
+        recovers what they left (docs/protocol.md §12). Without this, those connections went
+        on with the old object while newcomers got a new one: two fan-outs of one log."""
+        if self._sessions.get(session.id) is not session or session.terminated:
+            return
+        for participant in list(session.participants.values()):
+            participant.fence()
+            participant.close_soon(CloseCode.TRY_AGAIN_LATER, "the store failed: reattach")
+        session.participants.clear()
+        session.end_here()
+        session.ended.set()  # an attach that waited for its lock resolves the id again
+        self.forget(session)
+
     def forget_archived(self, session_id: str) -> None:
         """Drop a purged archive from the cache."""
         self._archived.pop(session_id, None)
@@ -211,6 +229,11 @@ class Hub:
                 if record.role == "client":
                     session.client_id = record.participant_id
             await self.cluster.follow(session)  # [multinode] subscribe before it is visible
+            if isinstance(self.cluster, SoleNode):
+                # Nothing is attached to a session this node has not loaded: what its records
+                # still call attached was left by connections that are gone (a restart, or
+                # the unload after a store failure), recovered before anyone can attach.
+                await recover_loaded(self, session)
             self._sessions[session_id] = session
             self.metrics.sessions.set(len(self._sessions))
             future.set_result(session)

@@ -15,6 +15,10 @@ participant tables, so no log is read for the others):
 Exactly once: the synthetic ``session.turn.end`` clears the marker, and a state that is
 already final yields no frames. The client reattaching within the window with its
 ``session.history`` unfinalizes as after any disconnect (§7.8.3).
+
+The same recovery runs whenever the sole owner loads a session (:func:`recover_loaded`): after
+a store write failed, this process unloads the session and closes its connections 1013, and
+the records they leave are recovered when it is loaded again (docs/protocol.md §12).
 """
 
 from __future__ import annotations
@@ -44,13 +48,14 @@ class RecoveringHost(Protocol):
     master_sender: Sender
 
     async def open(self, session_id: str) -> Session | None:
-        """The session, folded from the store, or None."""
+        """The session, folded from the store (and recovered: :func:`recover_loaded`), or
+        None."""
 
     def deadline_for(self, session_id: str, participant_id: str) -> Deadline:
         """The reattach deadline of a participant detached now."""
 
 
-__all__ = ["RecoveringHost", "recover_after_restart"]
+__all__ = ["RecoveringHost", "recover_after_restart", "recover_loaded"]
 
 log = structlog.get_logger("rawp.restart")
 
@@ -58,7 +63,8 @@ _CONCURRENCY: Final = 32
 
 
 async def recover_after_restart(hub: RecoveringHost) -> int:
-    """Recover every candidate session; returns how many were finalized."""
+    """Load every candidate session, which recovers it (:func:`recover_loaded`); returns how
+    many were loaded."""
     candidates = await hub.store.recovery_candidates()
     # Several at once: their writes share the store's group-committed transactions.
     slots = asyncio.Semaphore(_CONCURRENCY)
@@ -66,28 +72,37 @@ async def recover_after_restart(hub: RecoveringHost) -> int:
     async def recover(session_id: str) -> bool:
         async with slots:
             try:
-                return await _recover(hub, session_id)
+                return await hub.open(session_id) is not None
             except StoreError:
                 log.exception("restart_recovery_failed", session_id=session_id)
                 return False
 
-    finalized = sum(await asyncio.gather(*(recover(s) for s in candidates)))
+    loaded = sum(await asyncio.gather(*(recover(s) for s in candidates)))
     if candidates:
-        log.info("restart_recovery", candidates=len(candidates), finalized=finalized)
-    return finalized
+        log.info("restart_recovery", candidates=len(candidates), loaded=loaded)
+    return loaded
 
 
-async def _recover(hub: RecoveringHost, session_id: str) -> bool:
-    session = await hub.open(session_id)
-    if session is None or session.terminated:
+async def recover_loaded(hub: RecoveringHost, session: Session) -> bool:
+    """Recover a session just loaded by the store's sole owner; True if it was finalized.
+
+    Nothing can be attached to a session this process has not loaded yet, so a record the
+    store still marks as attached was left by a connection that is gone: this process's
+    predecessor (a restart), or this process itself before a store write failed and the
+    session was unloaded with its connections (docs/protocol.md §12). Each is marked detached,
+    its deadline armed and ``session.presence detached`` logged (one coalesced frame); a log
+    that ends inside a turn is finalized (§7.8.2). Loading again finds nothing to do.
+    """
+    if session.terminated:
         return False
     store = hub.store
+    session_id = session.id
     async with session.lock:
         now_ms = int(time.time() * 1000)
         changes = []
         for record in await store.list_participants(session_id):
             if not record.attached:
-                continue  # nobody is attached before this process listens
+                continue
             record.attached = False
             record.detached_at_ms = now_ms
             if record.role == "client":
@@ -99,11 +114,11 @@ async def _recover(hub: RecoveringHost, session_id: str) -> bool:
             changes.append(presence_change(record, "detached"))
         # one coalesced frame for all of them (docs/protocol.md §5 item 11)
         if not await session.log_presence(changes):
-            raise StoreUnavailableError("restart recovery could not log the presence")
+            raise StoreUnavailableError("recovery could not log the presence")
         synthetic = finalize(session.state, session_id=session_id, sender=hub.master_sender)
         if not synthetic:
             return False
         if not await session.append_master(synthetic):
-            raise StoreUnavailableError("restart recovery could not log the finalization")
-    log.info("session_finalized_at_start", session_id=session_id, frames=len(synthetic))
+            raise StoreUnavailableError("recovery could not log the finalization")
+    log.info("session_finalized_on_load", session_id=session_id, frames=len(synthetic))
     return True

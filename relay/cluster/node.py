@@ -42,7 +42,7 @@ def node_for(host: ClusterHost, store: Store) -> Node[Session, Participant]:
 
         if isinstance(store, RedisStore):
             return ClusterNode(host, store)
-    return SoleNode(host.settings.node_id, host.forget)
+    return SoleNode(host.settings.node_id, host.unload_stale)
 
 
 class ClusterNode:

@@ -55,6 +55,10 @@ class ClusterHost(Protocol):
         """Drop a session from this node's registry."""
         ...
 
+    def unload_stale(self, session: Session) -> None:
+        """One node alone: drop a session whose store write failed, closing its connections."""
+        ...
+
     async def open(self, session_id: str) -> Session | None:
         """The loaded session, loading it from the store if needed; None if absent."""
         ...

@@ -111,6 +111,11 @@ class Attacher:
                 del core.participants[record.participant_id]
                 core.client_id = client_id
             participant.outbox.close()
+            if previous is not None:
+                # A takeover: the older generation is fenced and closing, yet the store still
+                # holds it as attached, with no deadline and no detach to come: reloaded (one
+                # node) or reconciled (several), the record is recovered like a lost node's.
+                core.coordinator.store_failed(core)
             raise
         if previous is None:
             await self.roster.announce(record, "attached")

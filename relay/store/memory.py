@@ -248,20 +248,23 @@ class MemoryStore(Store):
         self._tombstones.discard(header.session_id)
         return True
 
+    # Records are copied in and out, as every other store serializes them: a caller that
+    # changes its record before a write that fails has not changed what the store holds.
     async def put_participant(self, session_id: str, record: ParticipantRecord) -> None:
         s = self._get(session_id)
         if s is not None:
-            s.participants[record.participant_id] = record
+            s.participants[record.participant_id] = copy.copy(record)
 
     async def get_participant(
         self, session_id: str, participant_id: str
     ) -> ParticipantRecord | None:
         s = self._get(session_id)
-        return None if s is None else s.participants.get(participant_id)
+        record = None if s is None else s.participants.get(participant_id)
+        return None if record is None else copy.copy(record)
 
     async def list_participants(self, session_id: str) -> list[ParticipantRecord]:
         s = self._get(session_id)
-        return [] if s is None else list(s.participants.values())
+        return [] if s is None else [copy.copy(r) for r in s.participants.values()]
 
     async def remove_participant(self, session_id: str, participant_id: str) -> None:
         s = self._get(session_id)

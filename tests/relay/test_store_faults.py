@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
 
-from protocol.errors import FormatVersionError, SessionMissing, StoreError, StoreUnavailableError
+from protocol.errors import (
+    CloseCode,
+    FormatVersionError,
+    SessionMissing,
+    StoreError,
+    StoreUnavailableError,
+)
 from relay.server import Master
 from relay.store.base import AppendResult, NewEntry
 from tests.e2e.conftest import API_KEY
@@ -288,3 +295,108 @@ async def test_a_fatal_error_logged_though_its_reply_was_lost_ends_the_session(
     header = await master.store.get_session(sid)
     assert header is None or header.archived  # ended: archived (notes §16.1), or gone
     assert sid not in master.hub.sessions
+
+
+def _roster(entries: Sequence[Any]) -> dict[str, str]:
+    """Who is attached by the log alone: its presence frames folded from seq 1."""
+    roster: dict[str, str] = {}
+    for entry in entries:
+        if entry.type != "session.presence":
+            continue
+        payload = json.loads(entry.data)["payload"]
+        for change in payload.get("changes") or [payload]:
+            roster[change["participant_id"]] = change["state"]
+    return roster
+
+
+def _last_seq(peer: Peer) -> int:
+    return max((f["seq"] for f in peer.received if "seq" in f), default=0)
+
+
+async def test_a_detach_the_store_cannot_record_reloads_the_session_and_recovers_the_edge() -> None:
+    """The session's other connections close 1013 and reattach to one session loaded afresh,
+    which logs the lost edge detached (then expired); one fan-out again, the log gapless."""
+    master = Master(settings_for(reattach_window_s=0.5))
+    await master.start()
+    try:
+        sid = "s-lost-detach"
+        client, edge = await client_and_edge(master, sid)
+        watcher = await Peer.open(master.ws_url, sid, role="edge", token=API_KEY)
+        await client.recv_type("session.presence")  # the watcher's
+        store = master.store
+        real = store.put_participant
+
+        async def refuse_once(session_id: str, record: Any) -> None:
+            store.put_participant = real  # type: ignore[method-assign]
+            raise StoreUnavailableError("the store is down for this test")
+
+        store.put_participant = refuse_once  # type: ignore[method-assign]
+        await edge.close()
+        assert await client.closed_with() == CloseCode.TRY_AGAIN_LATER
+        assert await watcher.closed_with() == CloseCode.TRY_AGAIN_LATER
+        assert sid not in master.hub.sessions  # nothing answers from the old object
+
+        watcher = await Peer.open(
+            master.ws_url, sid, role="edge", token=API_KEY,
+            participant_id=watcher.participant_id, resume={"last_seq": _last_seq(watcher)},
+        )  # fmt: skip
+        client = await Peer.open(
+            master.ws_url, sid, token=API_KEY,
+            participant_id=client.participant_id, resume={"last_seq": _last_seq(client)},
+        )  # fmt: skip
+        assert client.welcome["payload"]["resumed"] is True
+        turn = new_turn_id()
+        start = await client.send("session.turn.start", {"turn_id": turn, "turn_index": 0})
+        got = await watcher.recv_until(lambda f: f.get("type") == "session.turn.start")
+        assert got[-1]["message_id"] == start["message_id"]
+
+        entries = await store.read(sid)
+        assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
+        async with asyncio.timeout(5):
+            while _roster(await store.read(sid)).get(edge.participant_id) != "expired":
+                await asyncio.sleep(0.05)
+        assert _roster(await store.read(sid)) == {
+            client.participant_id: "attached",
+            watcher.participant_id: "attached",
+            edge.participant_id: "expired",
+        }
+        await client.close()
+        await watcher.close()
+    finally:
+        await master.stop()
+
+
+async def test_a_takeover_the_store_cannot_record_leaves_no_participant_attached_forever() -> None:
+    """The superseded generation's record is recovered on the reload: detached, then
+    expired, and the participant comes back through the next attach as any other."""
+    master = Master(settings_for(reattach_window_s=0.5))
+    await master.start()
+    try:
+        sid = "s-lost-takeover"
+        client, edge = await client_and_edge(master, sid)
+        store = master.store
+        real = store.put_attached
+
+        async def refuse_once(session_id: str, record: Any) -> None:
+            store.put_attached = real  # type: ignore[method-assign]
+            raise StoreUnavailableError("the store is down for this test")
+
+        store.put_attached = refuse_once  # type: ignore[method-assign]
+        again = await Peer.open(
+            master.ws_url, sid, role="edge", token=API_KEY,
+            participant_id=edge.participant_id, expect_welcome=False,
+        )  # fmt: skip
+        assert await again.closed_with() == CloseCode.TRY_AGAIN_LATER
+        assert await edge.closed_with() == CloseCode.SUPERSEDED
+        assert await client.closed_with() == CloseCode.TRY_AGAIN_LATER
+        client = await Peer.open(
+            master.ws_url, sid, token=API_KEY, participant_id=client.participant_id
+        )
+        async with asyncio.timeout(5):
+            while _roster(await store.read(sid)).get(edge.participant_id) != "expired":
+                await asyncio.sleep(0.05)
+        record = await store.get_participant(sid, edge.participant_id)
+        assert record is None  # expired: its record is gone
+        await client.close()
+    finally:
+        await master.stop()

@@ -1,4 +1,4 @@
-"""The memory store: appends applied at once (unless replaced, for faults); headers copied."""
+"""The memory store: appends applied at once (unless replaced, for faults); copies handed out."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pytest
 
 from relay.hub import new_session_header
-from relay.store.base import AppendResult, NewEntry
+from relay.store.base import AppendResult, NewEntry, ParticipantRecord
 from relay.store.memory import MemoryStore
 
 __all__: list[str] = []
@@ -91,3 +91,22 @@ async def test_a_header_it_hands_out_is_a_copy() -> None:
     again = await store.get_session("s-copy")
     assert again is not None
     assert again.name == "b"
+
+
+async def test_a_participant_record_goes_in_and_out_as_a_copy() -> None:
+    """Changing a record after a write, or one read back, changes nothing stored (as a
+    serializing store): a write that failed leaves the store as it was."""
+    store = await _store()
+    record = ParticipantRecord(participant_id="p-1", role="edge", attached=True)
+    await store.put_participant("s-mem", record)
+    record.attached = False
+    read = await store.get_participant("s-mem", "p-1")
+    assert read is not None
+    assert read.attached is True
+    read.cursor = 7
+    listed = await store.list_participants("s-mem")
+    assert [(r.attached, r.cursor) for r in listed] == [(True, 0)]
+    listed[0].generation = 3
+    again = await store.get_participant("s-mem", "p-1")
+    assert again is not None
+    assert again.generation == 0
