@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -313,24 +314,28 @@ def _last_seq(peer: Peer) -> int:
     return max((f["seq"] for f in peer.received if "seq" in f), default=0)
 
 
-async def test_a_detach_the_store_cannot_record_reloads_the_session_and_recovers_the_edge() -> None:
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+async def test_a_detach_the_store_cannot_record_reloads_the_session_and_recovers_the_edge(
+    store: str, tmp_path: Path
+) -> None:
     """The session's other connections close 1013 and reattach to one session loaded afresh,
     which logs the lost edge detached (then expired); one fan-out again, the log gapless."""
-    master = Master(settings_for(reattach_window_s=0.5))
+    url = "memory" if store == "memory" else f"sqlite:{tmp_path / 'rawp.db'}"
+    master = Master(settings_for(reattach_window_s=0.5, store=url))
     await master.start()
     try:
         sid = "s-lost-detach"
         client, edge = await client_and_edge(master, sid)
         watcher = await Peer.open(master.ws_url, sid, role="edge", token=API_KEY)
         await client.recv_type("session.presence")  # the watcher's
-        store = master.store
-        real = store.put_participant
+        kept = master.store
+        real = kept.put_participant
 
         async def refuse_once(session_id: str, record: Any) -> None:
-            store.put_participant = real  # type: ignore[method-assign]
+            kept.put_participant = real  # type: ignore[method-assign]
             raise StoreUnavailableError("the store is down for this test")
 
-        store.put_participant = refuse_once  # type: ignore[method-assign]
+        kept.put_participant = refuse_once  # type: ignore[method-assign]
         await edge.close()
         assert await client.closed_with() == CloseCode.TRY_AGAIN_LATER
         assert await watcher.closed_with() == CloseCode.TRY_AGAIN_LATER
@@ -350,12 +355,12 @@ async def test_a_detach_the_store_cannot_record_reloads_the_session_and_recovers
         got = await watcher.recv_until(lambda f: f.get("type") == "session.turn.start")
         assert got[-1]["message_id"] == start["message_id"]
 
-        entries = await store.read(sid)
+        entries = await kept.read(sid)
         assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
         async with asyncio.timeout(5):
-            while _roster(await store.read(sid)).get(edge.participant_id) != "expired":
+            while _roster(await kept.read(sid)).get(edge.participant_id) != "expired":
                 await asyncio.sleep(0.05)
-        assert _roster(await store.read(sid)) == {
+        assert _roster(await kept.read(sid)) == {
             client.participant_id: "attached",
             watcher.participant_id: "attached",
             edge.participant_id: "expired",
