@@ -171,6 +171,29 @@ async def test_a_fenced_node_can_write_no_participant_record(backend: Backend) -
 
 
 @redis_backends
+async def test_a_fenced_attach_leaves_the_reattach_deadline_armed(backend: Backend) -> None:
+    """put_attached under a fenced lease changes nothing: the record stays as it was and the
+    deadline the sweeper armed still fires (else the participant would never expire)."""
+    node = redis_store(backend, node_id="node-pa")
+    sweeper = redis_store(backend, node_id="node-pa-sweeper")
+    s = await new_session(node)
+    await node.node_heartbeat("node-pa", new_epoch=True)
+    await node.put_participant(s, ParticipantRecord(participant_id="p-1", role="edge"))
+    epoch = await sweeper.claim_node("node-pa", dead_after_ms=0, lease_ms=5000, token="t")
+    assert epoch is not None
+    assert await sweeper.fence_node(s, "node-pa", epoch)
+    deadline = Deadline(session_id=s, participant_id="p-1", due_ms=100)
+    await sweeper.set_deadline(deadline)
+    attached = ParticipantRecord(participant_id="p-1", role="edge", attached=True)
+    with pytest.raises(NodeFencedError):
+        await node.put_attached(s, attached)
+    kept = await node.get_participant(s, "p-1")
+    assert kept is not None
+    assert kept.attached is False
+    assert await sweeper.claim_due_deadlines(10_000) == [deadline]
+
+
+@redis_backends
 async def test_a_fenced_node_can_delete_nothing(backend: Backend) -> None:
     """The delete script checks the same fence as the append: under a fenced lease the
     session, its log and participants stay (no tombstone); the node's next lease deletes."""

@@ -471,11 +471,16 @@ class RedisStore(Store):
         return record, received
 
     async def put_attached(self, session_id: str, record: ParticipantRecord) -> None:
-        """The record and the deadline's removal sent together: one round trip's wait."""
-        await asyncio.gather(
-            self.put_participant(session_id, record),
-            self.clear_deadline(session_id, record.participant_id),
-        )
+        """The record (fenced), then the deadline's removal: two round trips, in this order.
+
+        Not sent together: a record the store refused (a fenced lease, an outage) left the
+        deadline disarmed all the same, so the participant — still detached in the store, its
+        connection closed 1013 — never expired, and a fenced node cleared the deadline its
+        sweeper had armed. The deadline lives in another hash slot (``rawp:{~deadlines}``), so
+        one transaction cannot take both in a Redis Cluster.
+        """
+        await self.put_participant(session_id, record)
+        await self.clear_deadline(session_id, record.participant_id)
 
     async def claim_due_deadlines(self, now_ms: int, limit: int = 100) -> list[Deadline]:
         if limit <= 0:
