@@ -233,7 +233,7 @@ class Hub:
                 # Nothing is attached to a session this node has not loaded: what its records
                 # still call attached was left by connections that are gone (a restart, or
                 # the unload after a store failure), recovered before anyone can attach.
-                await recover_loaded(self, session)
+                await recover_loaded(self, session, entries)
             self._sessions[session_id] = session
             self.metrics.sessions.set(len(self._sessions))
             future.set_result(session)

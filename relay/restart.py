@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final, Protocol
 
 import structlog
 
-from protocol.errors import StoreError, StoreUnavailableError
+from protocol import codec
+from protocol.errors import ProtocolError, StoreError, StoreUnavailableError
 from protocol.finalize import finalize
+from protocol.frames import Presence, PresenceChange, PresencePayload
 
 from .session import presence_change
 
@@ -38,7 +41,7 @@ if TYPE_CHECKING:
     from protocol.frames import Sender
 
     from .session import Session
-    from .store.base import Deadline, Store
+    from .store.base import Deadline, LogEntry, Store
 
 
 class RecoveringHost(Protocol):
@@ -55,7 +58,7 @@ class RecoveringHost(Protocol):
         """The reattach deadline of a participant detached now."""
 
 
-__all__ = ["RecoveringHost", "recover_after_restart", "recover_loaded"]
+__all__ = ["RecoveringHost", "logged_roster", "recover_after_restart", "recover_loaded"]
 
 log = structlog.get_logger("rawp.restart")
 
@@ -83,25 +86,61 @@ async def recover_after_restart(hub: RecoveringHost) -> int:
     return loaded
 
 
-async def recover_loaded(hub: RecoveringHost, session: Session) -> bool:
-    """Recover a session just loaded by the store's sole owner; True if it was finalized.
+def logged_roster(entries: Sequence[LogEntry]) -> dict[str, PresenceChange]:
+    """Each participant's last presence change in the log, but those that expired: who the
+    log says is attached or detached (docs/protocol.md §5 item 11: ``changes`` when present,
+    later changes win)."""
+    roster: dict[str, PresenceChange] = {}
+    for entry in entries:
+        if entry.type != "session.presence":
+            continue
+        try:
+            frame = codec.decode(entry.data)
+        except ProtocolError:
+            continue  # what the master logged was checked; tolerate entries of older builds
+        if not isinstance(frame, Presence):
+            continue
+        payload = frame.payload
+        changes: Sequence[PresenceChange | PresencePayload] = payload.changes or [payload]
+        for change in changes:
+            if change.state == "expired":
+                roster.pop(change.participant_id, None)
+            else:
+                roster[change.participant_id] = PresenceChange(
+                    participant_id=change.participant_id, role=change.role, state=change.state
+                )
+    return roster
+
+
+async def recover_loaded(
+    hub: RecoveringHost, session: Session, entries: Sequence[LogEntry]
+) -> bool:
+    """Recover a session just loaded by the store's sole owner from its log ``entries``; True
+    if it was finalized.
 
     Nothing can be attached to a session this process has not loaded yet, so a record the
     store still marks as attached was left by a connection that is gone: this process's
     predecessor (a restart), or this process itself before a store write failed and the
-    session was unloaded with its connections (docs/protocol.md §12). Each is marked detached,
-    its deadline armed and ``session.presence detached`` logged (one coalesced frame); a log
-    that ends inside a turn is finalized (§7.8.2). Loading again finds nothing to do.
+    session was unloaded with its connections (docs/protocol.md §12). Each is marked detached
+    and its deadline armed. Then the log's presence is brought to what the records say, in one
+    coalesced ``session.presence``: ``detached`` for those, and for a participant the log
+    still shows attached though its record says detached; ``expired`` for one the log shows
+    with no record left (a presence the unloaded session had not logged yet). A log that ends
+    inside a turn is finalized (§7.8.2). Loading again finds nothing to do.
     """
     if session.terminated:
         return False
     store = hub.store
     session_id = session.id
+    logged = logged_roster(entries)
     async with session.lock:
         now_ms = int(time.time() * 1000)
         changes = []
-        for record in await store.list_participants(session_id):
+        records = await store.list_participants(session_id)
+        for record in records:
             if not record.attached:
+                if (seen := logged.get(record.participant_id)) and seen.state == "attached":
+                    changes.append(presence_change(record, "detached"))
                 continue
             record.attached = False
             record.detached_at_ms = now_ms
@@ -112,6 +151,12 @@ async def recover_loaded(hub: RecoveringHost, session: Session) -> bool:
             await store.put_participant(session_id, record)
             await store.set_deadline(hub.deadline_for(session_id, record.participant_id))
             changes.append(presence_change(record, "detached"))
+        kept = {record.participant_id for record in records}
+        for participant_id, seen in logged.items():
+            if participant_id not in kept:
+                changes.append(
+                    PresenceChange(participant_id=participant_id, role=seen.role, state="expired")
+                )
         # one coalesced frame for all of them (docs/protocol.md §5 item 11)
         if not await session.log_presence(changes):
             raise StoreUnavailableError("recovery could not log the presence")

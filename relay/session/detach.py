@@ -69,8 +69,10 @@ class Departures:
                 await self.roster.announce(record, "detached")
                 if participant.role == "client" and finalize_client:
                     synthetic = finalize(core.state, session_id=core.id, sender=core.master_sender)
-                    if synthetic:
-                        await self.hooks.append_master(synthetic)
+                    if synthetic and not await self.hooks.append_master(synthetic):
+                        # Refolded from the log, the turn is open again with no client to
+                        # end it: loaded again, the session finalizes it (relay/restart.py).
+                        coordinator.store_failed(core)
             except StoreUnavailableError:
                 coordinator.store_failed(core)
             finally:

@@ -52,7 +52,12 @@ class Roster:
             return True
         exclude = changes[0].participant_id if len(changes) == 1 else None
         frame = builders.presence(self.core.id, changes)
-        return await self.hooks.append_master([frame], exclude=exclude)
+        logged = await self.hooks.append_master([frame], exclude=exclude)
+        if not logged:
+            # Nobody sends it again: the log and the records disagree on who is attached
+            # until the session is loaded again, which logs what the records say.
+            self.core.coordinator.store_failed(self.core)
+        return logged
 
     async def announce(self, record: ParticipantRecord, state: str) -> None:
         """A presence change (caller holds the lock): logged now, or coalesced (big audience).

@@ -405,3 +405,43 @@ async def test_a_takeover_the_store_cannot_record_leaves_no_participant_attached
         await client.close()
     finally:
         await master.stop()
+
+
+async def test_an_expiry_the_log_cannot_take_is_logged_when_the_session_is_loaded_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The edge's record is gone but its ``expired`` presence was refused: the session is
+    reloaded (its client closed 1013), and the load logs what the records say, so the log's
+    roster is the records' again."""
+    master = Master(settings_for(reattach_window_s=0.3))
+    await master.start()
+    try:
+        sid = "s-lost-expiry"
+        client, edge = await client_and_edge(master, sid)
+        store = master.store
+        real = store.append
+        refused: list[str] = []
+
+        async def refuse_the_expiry(session_id: str, entries: Sequence[NewEntry]) -> Any:
+            if not refused and any(b'"expired"' in e.head + e.tail for e in entries):
+                refused.append(entries[0].message_id)
+                raise StoreUnavailableError("the store is down for this test")
+            return await real(session_id, entries)
+
+        monkeypatch.setattr(store, "append", refuse_the_expiry)
+        await edge.close()
+        assert await client.closed_with() == CloseCode.TRY_AGAIN_LATER
+        assert refused
+        assert await store.get_participant(sid, edge.participant_id) is None
+        assert _roster(await store.read(sid))[edge.participant_id] == "detached"
+
+        client = await Peer.open(
+            master.ws_url, sid, token=API_KEY, participant_id=client.participant_id
+        )
+        assert _roster(await store.read(sid)) == {
+            client.participant_id: "attached",
+            edge.participant_id: "expired",
+        }
+        await client.close()
+    finally:
+        await master.stop()

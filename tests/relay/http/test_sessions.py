@@ -223,7 +223,12 @@ async def test_fork_copies_the_prefix(api: Api, master: Master) -> None:
     await wait_head(api, "s-src", 15)
     parent = await api.get("/v1/sessions/s-src/events?order=asc&limit=8")
     copied = await api.get("/v1/sessions/s-fork/events?order=asc&limit=100")
-    assert copied.body["events"] == parent.body["events"]
+    assert copied.body["events"][:8] == parent.body["events"]
+    # after the copy, the source's client (its copied presence) is expired in the fork
+    [gone] = copied.body["events"][8:]
+    assert gone["type"] == "session.presence"
+    assert gone["payload"]["participant_id"] == client.participant_id
+    assert gone["payload"]["state"] == "expired"
     again = await api.post("/v1/sessions/s-src/fork", {"at_seq": 8, "session_id": "s-fork"})
     assert again.status == 200
     assert again.body["created"] is False
@@ -248,9 +253,11 @@ async def test_fork_inside_a_turn_is_finalized(api: Api, master: Master) -> None
     assert reply.body["session"]["seed_length"] == 4
     assert reply.body["session"]["status"] == "idle"
     events = (await api.get("/v1/sessions/s-mid-fork/events?order=asc&after_seq=4")).body
-    types = [e["type"] for e in events["events"]]
+    gone, *synthetic = events["events"]
+    assert (gone["type"], gone["payload"]["state"]) == ("session.presence", "expired")
+    types = [e["type"] for e in synthetic]
     assert types == ["agent.text.done", "tool.invoke.result", "session.turn.end"]
-    assert all(e["metadata"] == {"synthetic": True} for e in events["events"])
+    assert all(e["metadata"] == {"synthetic": True} for e in synthetic)
     source = (await api.get("/v1/sessions/s-mid")).body
     assert source["status"] == "running"  # the source is untouched
     await client.close()
