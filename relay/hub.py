@@ -142,12 +142,18 @@ class Hub:
         forgotten: they reattach, resuming, to the session loaded afresh from the store, which
         recovers what they left (docs/protocol.md §12). Without this, those connections went
         on with the old object while newcomers got a new one: two fan-outs of one log."""
-        if self._sessions.get(session.id) is not session or session.terminated:
+        if self._sessions.get(session.id) is not session or session.terminated or session.ending:
             return
+        log.warning(
+            "session_reloaded_after_store_failure",
+            session_id=session.id,
+            connections=len(session.participants),
+        )
         for participant in list(session.participants.values()):
             participant.fence()
             participant.close_soon(CloseCode.TRY_AGAIN_LATER, "the store failed: reattach")
         session.participants.clear()
+        session.unloaded = True
         session.end_here()
         session.ended.set()  # an attach that waited for its lock resolves the id again
         self.forget(session)
@@ -328,6 +334,8 @@ class Hub:
             self.forget_archived(session_id)
             return await self.store.delete_session(session_id)
         async with session.lock, self.cluster.guard(session):
+            if session.unloaded:
+                raise StoreUnavailableError(f"the store failed under {session_id}; send again")
             if session.terminated:
                 return False
             if if_idle and session.participants:
@@ -357,6 +365,10 @@ class Hub:
             session = await self.open(deadline.session_id)
             if session is not None:
                 await session.expire(deadline.participant_id)
+                if session.unloaded:
+                    # Unloaded while the expiry waited for it: the claimed deadline goes
+                    # back, and the next tick expires the participant in the reloaded one.
+                    await self.store.set_deadline(deadline)
         except StoreUnavailableError:
             # Put it back so this or another node retries once the store is back.
             with contextlib.suppress(StoreUnavailableError):

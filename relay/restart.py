@@ -28,6 +28,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final, Protocol
 
+import msgspec
 import structlog
 
 from protocol import codec
@@ -125,8 +126,9 @@ async def recover_loaded(
     and its deadline armed. Then the log's presence is brought to what the records say, in one
     coalesced ``session.presence``: ``detached`` for those, and for a participant the log
     still shows attached though its record says detached; ``expired`` for one the log shows
-    with no record left (a presence the unloaded session had not logged yet). A log that ends
-    inside a turn is finalized (§7.8.2). Loading again finds nothing to do.
+    with no record left (a presence the unloaded session had not logged yet). Every detached
+    record's deadline is armed again, due when it first was. A log that ends inside a turn
+    is finalized (§7.8.2). Loading again logs nothing more.
     """
     if session.terminated:
         return False
@@ -139,6 +141,13 @@ async def recover_loaded(
         records = await store.list_participants(session_id)
         for record in records:
             if not record.attached:
+                # Its deadline again, due when it first was: the write that armed it may have
+                # failed, or an expiry claimed it and lost its session to an unload.
+                armed = hub.deadline_for(session_id, record.participant_id)
+                if record.detached_at_ms is not None:
+                    due_ms = record.detached_at_ms + (armed.due_ms - now_ms)
+                    armed = msgspec.structs.replace(armed, due_ms=due_ms)
+                await store.set_deadline(armed)
                 if (seen := logged.get(record.participant_id)) and seen.state == "attached":
                     changes.append(presence_change(record, "detached"))
                 continue

@@ -119,7 +119,7 @@ async def submit(
             raise _refusal(session, participant.errors[0])
         seq = await store.message_seq(session.id, frame.message_id)
         if seq is None:
-            if session.terminated:
+            if session.terminated and not session.unloaded:
                 raise ApiError(404, f"no session {session.id}", code="not_found")
             raise ApiError(503, "the frame was not stored", code="store_unavailable")
     entries = await store.read(session.id, after_seq=seq - 1, limit=1)
@@ -129,6 +129,8 @@ async def submit(
 
 
 def _refusal(session: Session, error: ProtocolError) -> ApiError:
+    if session.unloaded:  # a store failure unloaded it meanwhile: loaded again, it takes it
+        return ApiError(503, "the store failed: send again", code="store_unavailable")
     if isinstance(error, StoreUnavailable):
         return ApiError(503, error.message, code=error.code)
     if session.terminated or isinstance(error, NotAllowed):

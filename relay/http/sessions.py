@@ -241,6 +241,8 @@ async def rename_session(request: web.Request) -> web.Response:
         fenced_write(hub.cluster, session.id),
         session.lock,
     ):  # [trust] fenced like the append
+        if session.unloaded:
+            raise ApiError(503, "the store failed: send again", code="store_unavailable")
         if session.terminated:
             raise ApiError(404, f"no session {session.id}", code="not_found")
         previous = session.header.name

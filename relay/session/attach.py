@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from protocol import codec
 from protocol.buffers import BoundedBuffer
-from protocol.errors import ClientAttached, CloseCode, Forbidden
+from protocol.errors import ClientAttached, CloseCode, Forbidden, StoreUnavailableError
 from protocol.frames import BufferGrant, Hello, Welcome
 
 from ..fanout import Sink
@@ -64,6 +64,8 @@ class Attacher:
                 record is None or record.participant_id != core.client_id
             ):
                 await self.roster.expire_record(core.client_id)
+                if core.terminated:  # its presence was refused: the session was unloaded
+                    raise StoreUnavailableError("the store failed: reattach")
         elif len(core.participants) - (current is not None) >= settings.max_edges_per_session:
             raise Forbidden("this session has its maximum number of edges attached")
         resumed = record is not None
@@ -104,14 +106,14 @@ class Attacher:
             # The record and its reattach deadline disarmed in one write; an expiry that fires
             # before it finds the participant attached (it waits for this lock) and does nothing.
             await store.put_attached(core.id, record)
-        except BaseException:
+        except BaseException as exc:
             # Not attached after all (the store is down): no participant left behind that
             # nobody reads, counted against the edge limit and posted every entry.
             if core.participants.get(record.participant_id) is participant:
                 del core.participants[record.participant_id]
                 core.client_id = client_id
             participant.outbox.close()
-            if previous is not None:
+            if previous is not None and isinstance(exc, Exception):
                 # A takeover: the older generation is fenced and closing, yet the store still
                 # holds it as attached, with no deadline and no detach to come: reloaded (one
                 # node) or reconciled (several), the record is recovered like a lost node's.

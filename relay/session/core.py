@@ -101,6 +101,10 @@ class SessionCore:
         self.participants: dict[str, Participant] = {}
         self.client_id: str | None = None
         self.terminated = False
+        # ``unloaded``: ended by a store failure on a sole node, not by a termination: the
+        # session goes on, loaded again (Hub.unload_stale). ``ending``: a termination runs.
+        self.unloaded = False
+        self.ending = False
         self.ended = asyncio.Event()  # set once a termination is over (store and registry)
         # True once an ending is durable: its session.deleted logged, or the store's header
         # archived or purged (a logged ending is finished later if the store change was lost).

@@ -67,6 +67,8 @@ class Departures:
                 await store.put_participant(core.id, record)
                 await store.set_deadline(core.deps.deadline_for(core.id, record.participant_id))
                 await self.roster.announce(record, "detached")
+                if core.terminated:
+                    return  # its presence was refused: unloaded, the reload finalizes
                 if participant.role == "client" and finalize_client:
                     synthetic = finalize(core.state, session_id=core.id, sender=core.master_sender)
                     if synthetic and not await self.hooks.append_master(synthetic):

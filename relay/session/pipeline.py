@@ -523,7 +523,10 @@ class CommitPipeline:
         exclude: str | None = None,
         edges_only: bool = False,
     ) -> bool:
-        """Fold, log and deliver frames the master makes (notes §15.2). False if not logged."""
+        """Fold, log and deliver frames the master makes (notes §15.2). False if not logged
+        (also once the session has ended here: nothing more is written for it)."""
+        if self.core.terminated:
+            return False
         sender = self.core.master_sender
         pending: list[Pending] = []
         for frame in frames:

@@ -44,6 +44,7 @@ class Termination:
         core = self.core
         if core.terminated:
             return
+        core.ending = True  # a store failure from here on is the ending's own to handle
         frames = builders.ending(core.id, core.state, reason, deleted_by)
         make_final(core.state)
         # What was committed before the end is acknowledged before the §9 frames: nothing

@@ -445,3 +445,66 @@ async def test_an_expiry_the_log_cannot_take_is_logged_when_the_session_is_loade
         await client.close()
     finally:
         await master.stop()
+
+
+async def test_a_new_client_whose_predecessor_cannot_be_expired_is_closed_and_retried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The old client's ``expired`` is refused, which unloads the session: the new client is
+    closed 1013, never left on the unloaded object; its retry attaches to the reloaded one."""
+    master = Master(settings_for(reattach_window_s=30.0))
+    await master.start()
+    try:
+        sid = "s-lost-predecessor"
+        old, edge = await client_and_edge(master, sid)
+        await old.close()
+        await edge.recv_type("session.presence")  # the old client detached
+        store = master.store
+        real = store.append
+        refused: list[str] = []
+
+        async def refuse_the_expiry(session_id: str, entries: Sequence[NewEntry]) -> Any:
+            if not refused and any(b'"expired"' in e.head + e.tail for e in entries):
+                refused.append(entries[0].message_id)
+                raise StoreUnavailableError("the store is down for this test")
+            return await real(session_id, entries)
+
+        monkeypatch.setattr(store, "append", refuse_the_expiry)
+        new = await Peer.open(master.ws_url, sid, token=API_KEY, expect_welcome=False)
+        assert await new.closed_with() == CloseCode.TRY_AGAIN_LATER
+        assert await edge.closed_with() == CloseCode.TRY_AGAIN_LATER
+        assert refused
+        new = await Peer.open(master.ws_url, sid, token=API_KEY)
+        session = master.hub.sessions[sid]
+        assert session.client_id == new.participant_id
+        assert list(session.participants) == [new.participant_id]
+        roster = _roster(await store.read(sid))
+        assert roster[old.participant_id] == "expired"
+        assert roster[new.participant_id] == "attached"
+        await new.close()
+    finally:
+        await master.stop()
+
+
+async def test_a_detached_participant_whose_deadline_was_lost_expires_after_a_reload() -> None:
+    """Loading again arms every detached record's deadline, due when it first was."""
+    master = Master(settings_for(reattach_window_s=0.5))
+    await master.start()
+    try:
+        sid = "s-lost-deadline"
+        client, edge = await client_and_edge(master, sid)
+        await edge.close()
+        await client.recv_type("session.presence")  # detached
+        await master.store.clear_deadline(sid, edge.participant_id)  # a write that was lost
+        master.hub.unload_stale(master.hub.sessions[sid])
+        assert await client.closed_with() == CloseCode.TRY_AGAIN_LATER
+        client = await Peer.open(
+            master.ws_url, sid, token=API_KEY, participant_id=client.participant_id
+        )
+        async with asyncio.timeout(5):
+            while _roster(await master.store.read(sid)).get(edge.participant_id) != "expired":
+                await asyncio.sleep(0.05)
+        assert await master.store.get_participant(sid, edge.participant_id) is None
+        await client.close()
+    finally:
+        await master.stop()
