@@ -170,18 +170,25 @@ async def test_a_fenced_node_can_write_no_participant_record(backend: Backend) -
     assert again.cursor == 1
 
 
+async def _fenced(backend: Backend, node_id: str) -> tuple[RedisStore, RedisStore, str, int]:
+    """A node with one session holding participant p-1, whose lease a sweeper then claimed
+    and fenced in it: (node, sweeper, session id, the fenced epoch)."""
+    node = redis_store(backend, node_id=node_id)
+    sweeper = redis_store(backend, node_id=f"{node_id}-sweeper")
+    s = await new_session(node)
+    await node.node_heartbeat(node_id, new_epoch=True)
+    await node.put_participant(s, ParticipantRecord(participant_id="p-1", role="edge"))
+    epoch = await sweeper.claim_node(node_id, dead_after_ms=0, lease_ms=5000, token="t")
+    assert epoch is not None
+    assert await sweeper.fence_node(s, node_id, epoch)
+    return node, sweeper, s, epoch
+
+
 @redis_backends
 async def test_a_fenced_attach_leaves_the_reattach_deadline_armed(backend: Backend) -> None:
     """put_attached under a fenced lease changes nothing: the record stays as it was and the
     deadline the sweeper armed still fires (else the participant would never expire)."""
-    node = redis_store(backend, node_id="node-pa")
-    sweeper = redis_store(backend, node_id="node-pa-sweeper")
-    s = await new_session(node)
-    await node.node_heartbeat("node-pa", new_epoch=True)
-    await node.put_participant(s, ParticipantRecord(participant_id="p-1", role="edge"))
-    epoch = await sweeper.claim_node("node-pa", dead_after_ms=0, lease_ms=5000, token="t")
-    assert epoch is not None
-    assert await sweeper.fence_node(s, "node-pa", epoch)
+    node, sweeper, s, _ = await _fenced(backend, "node-pa")
     deadline = Deadline(session_id=s, participant_id="p-1", due_ms=100)
     await sweeper.set_deadline(deadline)
     attached = ParticipantRecord(participant_id="p-1", role="edge", attached=True)
@@ -226,14 +233,7 @@ async def test_a_fenced_node_can_delete_nothing(backend: Backend) -> None:
 async def test_a_fenced_node_can_archive_nothing(backend: Backend) -> None:
     """The archive script checks the same fence: under a fenced lease the header does not
     say ended and the participants stay; the node's next lease archives."""
-    node = redis_store(backend, node_id="node-arc")
-    sweeper = redis_store(backend, node_id="node-arc-sweeper")
-    s = await new_session(node)
-    await node.node_heartbeat("node-arc", new_epoch=True)
-    await node.put_participant(s, ParticipantRecord(participant_id="p-1", role="edge"))
-    epoch = await sweeper.claim_node("node-arc", dead_after_ms=0, lease_ms=5000, token="t")
-    assert epoch is not None
-    assert await sweeper.fence_node(s, "node-arc", epoch)
+    node, _, s, _ = await _fenced(backend, "node-arc")
 
     async def archive() -> bool:
         return await node.archive_session(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -298,6 +299,44 @@ async def test_a_fatal_error_logged_though_its_reply_was_lost_ends_the_session(
     assert sid not in master.hub.sessions
 
 
+@contextlib.asynccontextmanager
+async def _started(**changes: Any) -> AsyncIterator[Master]:
+    """A master with these settings, stopped on the way out."""
+    started = Master(settings_for(**changes))
+    await started.start()
+    try:
+        yield started
+    finally:
+        await started.stop()
+
+
+def _refuse_once(monkeypatch: pytest.MonkeyPatch, store: Any, method: str) -> None:
+    """Make the store's next call of ``method`` fail as an outage; later calls go through."""
+    real = getattr(store, method)
+
+    async def refuse(*args: Any) -> None:
+        monkeypatch.setattr(store, method, real)
+        raise StoreUnavailableError("the store is down for this test")
+
+    monkeypatch.setattr(store, method, refuse)
+
+
+def _refuse_the_next_expiry(monkeypatch: pytest.MonkeyPatch, store: Any) -> list[str]:
+    """Make the store refuse the next append that logs an ``expired`` presence; returns the
+    refused frames' ids."""
+    real = store.append
+    refused: list[str] = []
+
+    async def refuse_the_expiry(session_id: str, entries: Sequence[NewEntry]) -> Any:
+        if not refused and any(b'"expired"' in e.head + e.tail for e in entries):
+            refused.append(entries[0].message_id)
+            raise StoreUnavailableError("the store is down for this test")
+        return await real(session_id, entries)
+
+    monkeypatch.setattr(store, "append", refuse_the_expiry)
+    return refused
+
+
 def _roster(entries: Sequence[Any]) -> dict[str, str]:
     """Who is attached by the log alone: its presence frames folded from seq 1."""
     roster: dict[str, str] = {}
@@ -316,26 +355,18 @@ def _last_seq(peer: Peer) -> int:
 
 @pytest.mark.parametrize("store", ["memory", "sqlite"])
 async def test_a_detach_the_store_cannot_record_reloads_the_session_and_recovers_the_edge(
-    store: str, tmp_path: Path
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The session's other connections close 1013 and reattach to one session loaded afresh,
     which logs the lost edge detached (then expired); one fan-out again, the log gapless."""
     url = "memory" if store == "memory" else f"sqlite:{tmp_path / 'rawp.db'}"
-    master = Master(settings_for(reattach_window_s=0.5, store=url))
-    await master.start()
-    try:
+    async with _started(reattach_window_s=0.5, store=url) as master:
         sid = "s-lost-detach"
         client, edge = await client_and_edge(master, sid)
         watcher = await Peer.open(master.ws_url, sid, role="edge", token=API_KEY)
         await client.recv_type("session.presence")  # the watcher's
         kept = master.store
-        real = kept.put_participant
-
-        async def refuse_once(session_id: str, record: Any) -> None:
-            kept.put_participant = real  # type: ignore[method-assign]
-            raise StoreUnavailableError("the store is down for this test")
-
-        kept.put_participant = refuse_once  # type: ignore[method-assign]
+        _refuse_once(monkeypatch, kept, "put_participant")
         await edge.close()
         assert await client.closed_with() == CloseCode.TRY_AGAIN_LATER
         assert await watcher.closed_with() == CloseCode.TRY_AGAIN_LATER
@@ -367,26 +398,18 @@ async def test_a_detach_the_store_cannot_record_reloads_the_session_and_recovers
         }
         await client.close()
         await watcher.close()
-    finally:
-        await master.stop()
 
 
-async def test_a_takeover_the_store_cannot_record_leaves_no_participant_attached_forever() -> None:
+async def test_a_takeover_the_store_cannot_record_leaves_no_participant_attached_forever(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The superseded generation's record is recovered on the reload: detached, then
     expired, and the participant comes back through the next attach as any other."""
-    master = Master(settings_for(reattach_window_s=0.5))
-    await master.start()
-    try:
+    async with _started(reattach_window_s=0.5) as master:
         sid = "s-lost-takeover"
         client, edge = await client_and_edge(master, sid)
         store = master.store
-        real = store.put_attached
-
-        async def refuse_once(session_id: str, record: Any) -> None:
-            store.put_attached = real  # type: ignore[method-assign]
-            raise StoreUnavailableError("the store is down for this test")
-
-        store.put_attached = refuse_once  # type: ignore[method-assign]
+        _refuse_once(monkeypatch, store, "put_attached")
         again = await Peer.open(
             master.ws_url, sid, role="edge", token=API_KEY,
             participant_id=edge.participant_id, expect_welcome=False,
@@ -403,8 +426,6 @@ async def test_a_takeover_the_store_cannot_record_leaves_no_participant_attached
         record = await store.get_participant(sid, edge.participant_id)
         assert record is None  # expired: its record is gone
         await client.close()
-    finally:
-        await master.stop()
 
 
 async def test_an_expiry_the_log_cannot_take_is_logged_when_the_session_is_loaded_again(
@@ -413,22 +434,11 @@ async def test_an_expiry_the_log_cannot_take_is_logged_when_the_session_is_loade
     """The edge's record is gone but its ``expired`` presence was refused: the session is
     reloaded (its client closed 1013), and the load logs what the records say, so the log's
     roster is the records' again."""
-    master = Master(settings_for(reattach_window_s=0.3))
-    await master.start()
-    try:
+    async with _started(reattach_window_s=0.3) as master:
         sid = "s-lost-expiry"
         client, edge = await client_and_edge(master, sid)
         store = master.store
-        real = store.append
-        refused: list[str] = []
-
-        async def refuse_the_expiry(session_id: str, entries: Sequence[NewEntry]) -> Any:
-            if not refused and any(b'"expired"' in e.head + e.tail for e in entries):
-                refused.append(entries[0].message_id)
-                raise StoreUnavailableError("the store is down for this test")
-            return await real(session_id, entries)
-
-        monkeypatch.setattr(store, "append", refuse_the_expiry)
+        refused = _refuse_the_next_expiry(monkeypatch, store)
         await edge.close()
         assert await client.closed_with() == CloseCode.TRY_AGAIN_LATER
         assert refused
@@ -443,8 +453,6 @@ async def test_an_expiry_the_log_cannot_take_is_logged_when_the_session_is_loade
             edge.participant_id: "expired",
         }
         await client.close()
-    finally:
-        await master.stop()
 
 
 async def test_a_new_client_whose_predecessor_cannot_be_expired_is_closed_and_retried(
@@ -452,24 +460,13 @@ async def test_a_new_client_whose_predecessor_cannot_be_expired_is_closed_and_re
 ) -> None:
     """The old client's ``expired`` is refused, which unloads the session: the new client is
     closed 1013, never left on the unloaded object; its retry attaches to the reloaded one."""
-    master = Master(settings_for(reattach_window_s=30.0))
-    await master.start()
-    try:
+    async with _started(reattach_window_s=30.0) as master:
         sid = "s-lost-predecessor"
         old, edge = await client_and_edge(master, sid)
         await old.close()
         await edge.recv_type("session.presence")  # the old client detached
         store = master.store
-        real = store.append
-        refused: list[str] = []
-
-        async def refuse_the_expiry(session_id: str, entries: Sequence[NewEntry]) -> Any:
-            if not refused and any(b'"expired"' in e.head + e.tail for e in entries):
-                refused.append(entries[0].message_id)
-                raise StoreUnavailableError("the store is down for this test")
-            return await real(session_id, entries)
-
-        monkeypatch.setattr(store, "append", refuse_the_expiry)
+        refused = _refuse_the_next_expiry(monkeypatch, store)
         new = await Peer.open(master.ws_url, sid, token=API_KEY, expect_welcome=False)
         assert await new.closed_with() == CloseCode.TRY_AGAIN_LATER
         assert await edge.closed_with() == CloseCode.TRY_AGAIN_LATER
@@ -482,15 +479,11 @@ async def test_a_new_client_whose_predecessor_cannot_be_expired_is_closed_and_re
         assert roster[old.participant_id] == "expired"
         assert roster[new.participant_id] == "attached"
         await new.close()
-    finally:
-        await master.stop()
 
 
 async def test_a_detached_participant_whose_deadline_was_lost_expires_after_a_reload() -> None:
     """Loading again arms every detached record's deadline, due when it first was."""
-    master = Master(settings_for(reattach_window_s=0.5))
-    await master.start()
-    try:
+    async with _started(reattach_window_s=0.5) as master:
         sid = "s-lost-deadline"
         client, edge = await client_and_edge(master, sid)
         await edge.close()
@@ -506,5 +499,3 @@ async def test_a_detached_participant_whose_deadline_was_lost_expires_after_a_re
                 await asyncio.sleep(0.05)
         assert await master.store.get_participant(sid, edge.participant_id) is None
         await client.close()
-    finally:
-        await master.stop()
