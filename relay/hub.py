@@ -12,6 +12,7 @@ import contextlib
 import secrets
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
@@ -22,6 +23,7 @@ from protocol.errors import (
     Forbidden,
     NoSuchSession,
     SessionGone,
+    StoreError,
     StoreUnavailableError,
 )
 from protocol.frames import Hello, Sender
@@ -36,7 +38,7 @@ from .fanout import Sink
 from .metrics import Metrics
 from .restart import recover_after_restart, recover_loaded
 from .session import Participant, Session, SessionDeps, rebuild_state
-from .store.base import Deadline, SessionHeader, Store
+from .store.base import Deadline, LogEntry, SessionHeader, Store
 
 __all__ = ["Hub", "SessionAttached", "new_session_header"]
 
@@ -134,6 +136,21 @@ class Hub:
             del self._sessions[session.id]
             self.metrics.sessions.set(len(self._sessions))
             self.cluster.unfollow(session)
+
+    async def _recover_on_load(
+        self, session: Session, entries: Sequence[LogEntry] | None = None
+    ) -> None:
+        """:func:`recover_loaded`; when the store refuses its writes (a full disk), the
+        session stays readable and is marked: the next attach tries again first."""
+        try:
+            if entries is None:
+                entries = await self.store.read(session.id)
+            await recover_loaded(self, session, entries)
+        except StoreError as exc:
+            session.needs_recovery = True
+            log.warning("recovery_on_load_failed", session_id=session.id, error=str(exc))
+        else:
+            session.needs_recovery = False
 
     def unload_stale(self, session: Session) -> None:
         """A store write of ``session`` failed on this sole node: what it holds in memory may
@@ -239,7 +256,7 @@ class Hub:
                 # Nothing is attached to a session this node has not loaded: what its records
                 # still call attached was left by connections that are gone (a restart, or
                 # the unload after a store failure), recovered before anyone can attach.
-                await recover_loaded(self, session, entries)
+                await self._recover_on_load(session, entries)
             self._sessions[session_id] = session
             self.metrics.sessions.set(len(self._sessions))
             future.set_result(session)
@@ -303,6 +320,10 @@ class Hub:
             session = await self.open(session_id)
             if session is None:
                 continue
+            if session.needs_recovery:
+                await self._recover_on_load(session)
+                if session.needs_recovery:
+                    raise StoreUnavailableError(f"session {session_id} is not recovered yet")
             joining = self.cluster.attaching(session, role, hello.payload.participant_id)
             async with session.lock, joining:  # [multinode] cross-node checks and takeover
                 attached = None

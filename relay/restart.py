@@ -140,6 +140,8 @@ async def recover_loaded(
         changes = []
         records = await store.list_participants(session_id)
         for record in records:
+            if record.participant_id in session.participants:
+                continue  # attached here now (a retried recovery): nothing to recover
             if not record.attached:
                 # Its deadline again, due when it first was: the write that armed it may have
                 # failed, or an expiry claimed it and lost its session to an unload.

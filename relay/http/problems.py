@@ -7,7 +7,14 @@ from typing import Any
 from aiohttp import web
 
 from protocol import codec
-from protocol.errors import BadCredential, Forbidden, RawpError
+from protocol.errors import (
+    BadCredential,
+    Forbidden,
+    FormatVersionError,
+    RawpError,
+    SessionMissing,
+    StoreError,
+)
 
 __all__ = ["problem", "problem_for_http_error", "problem_from_error", "problem_middleware"]
 
@@ -66,6 +73,14 @@ def problem_from_error(exc: RawpError) -> web.Response:
         return problem(401, exc.message, code="bad_credential")
     if isinstance(exc, Forbidden):
         return problem(403, exc.message, code="not_allowed")
+    if isinstance(exc, SessionMissing):  # deleted meanwhile (e.g. by another node)
+        return problem(404, exc.message, code="not_found")
+    if isinstance(exc, FormatVersionError):
+        return problem(503, exc.message, code="version_unsupported")
+    if isinstance(exc, StoreError):
+        # An outage under a request no handler wrapped (a session loaded for a read): the
+        # store's fault, retryable — never the client's 400.
+        return problem(503, exc.message, code="store_unavailable")
     code = getattr(exc, "code", None)
     status = 503 if code == "store_unavailable" else 400
     return problem(status, exc.message, code=code)

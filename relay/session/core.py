@@ -105,6 +105,9 @@ class SessionCore:
         # session goes on, loaded again (Hub.unload_stale). ``ending``: a termination runs.
         self.unloaded = False
         self.ending = False
+        # A sole node's load whose recovery the store refused: readable, attached only once
+        # the recovery succeeds (Hub.attach retries it).
+        self.needs_recovery = False
         self.ended = asyncio.Event()  # set once a termination is over (store and registry)
         # True once an ending is durable: its session.deleted logged, or the store's header
         # archived or purged (a logged ending is finished later if the store change was lost).

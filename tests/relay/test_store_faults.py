@@ -22,6 +22,7 @@ from relay.server import Master
 from relay.store.base import AppendResult, NewEntry
 from tests.e2e.conftest import API_KEY
 from tests.e2e.conftest import test_settings as settings_for
+from tests.e2e.util import http
 from tests.support.wire import Peer, envelope, new_turn_id
 
 __all__: list[str] = []
@@ -314,7 +315,7 @@ def _refuse_once(monkeypatch: pytest.MonkeyPatch, store: Any, method: str) -> No
     """Make the store's next call of ``method`` fail as an outage; later calls go through."""
     real = getattr(store, method)
 
-    async def refuse(*args: Any) -> None:
+    async def refuse(*args: Any, **kwargs: Any) -> None:
         monkeypatch.setattr(store, method, real)
         raise StoreUnavailableError("the store is down for this test")
 
@@ -499,3 +500,52 @@ async def test_a_detached_participant_whose_deadline_was_lost_expires_after_a_re
                 await asyncio.sleep(0.05)
         assert await master.store.get_participant(sid, edge.participant_id) is None
         await client.close()
+
+
+async def test_a_load_whose_recovery_the_store_refuses_stays_readable_and_recovers_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A full disk refuses the recovery's writes: the session is still read (HTTP 200), an
+    attach meanwhile closes 1013, and the next attach recovers it first, then attaches."""
+    async with _started(reattach_window_s=30.0) as master:
+        sid = "s-unrecovered"
+        client, edge = await client_and_edge(master, sid)
+        master.hub.unload_stale(master.hub.sessions[sid])
+        assert await client.closed_with() == CloseCode.TRY_AGAIN_LATER
+        assert await edge.closed_with() == CloseCode.TRY_AGAIN_LATER
+        _refuse_once(monkeypatch, master.store, "put_participant")  # the recovery's first write
+        status, body = await http(master, "GET", f"/v1/sessions/{sid}")
+        assert status == 200, body
+        assert master.hub.sessions[sid].needs_recovery
+        _refuse_once(monkeypatch, master.store, "put_participant")  # still full
+        early = await Peer.open(
+            master.ws_url, sid, token=API_KEY,
+            participant_id=client.participant_id, expect_welcome=False,
+        )  # fmt: skip
+        assert await early.closed_with() == CloseCode.TRY_AGAIN_LATER
+        client = await Peer.open(
+            master.ws_url, sid, token=API_KEY, participant_id=client.participant_id
+        )
+        assert client.welcome["payload"]["resumed"] is True
+        assert not master.hub.sessions[sid].needs_recovery
+        assert _roster(await master.store.read(sid)) == {
+            client.participant_id: "attached",
+            edge.participant_id: "detached",
+        }
+        await client.close()
+
+
+async def test_a_read_whose_load_the_store_fails_answers_503_store_unavailable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The store's outage under a GET is the store's fault, retryable: 503 problem+json with
+    ``store_unavailable``, never a 400; the same GET once the store answers is 200."""
+    async with _started() as master:
+        sid = "s-read-outage"
+        await client_and_edge(master, sid)
+        master.hub.unload_stale(master.hub.sessions[sid])
+        _refuse_once(monkeypatch, master.store, "read")  # the load's read of the log
+        status, body = await http(master, "GET", f"/v1/sessions/{sid}")
+        assert (status, body["code"]) == (503, "store_unavailable"), body
+        status, body = await http(master, "GET", f"/v1/sessions/{sid}")
+        assert status == 200, body
