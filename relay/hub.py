@@ -37,8 +37,8 @@ from .coordination import Node, SoleNode
 from .fanout import Sink
 from .metrics import Metrics
 from .restart import recover_after_restart, recover_loaded
-from .session import Participant, Session, SessionDeps, rebuild_state
-from .store.base import Deadline, LogEntry, SessionHeader, Store
+from .session import Decoded, Participant, Session, SessionDeps, decode_log, state_of
+from .store.base import Deadline, SessionHeader, Store
 
 __all__ = ["Hub", "SessionAttached", "new_session_header"]
 
@@ -138,19 +138,31 @@ class Hub:
             self.cluster.unfollow(session)
 
     async def _recover_on_load(
-        self, session: Session, entries: Sequence[LogEntry] | None = None
+        self, session: Session, decoded: Sequence[Decoded] | None = None
     ) -> None:
         """:func:`recover_loaded`; when the store refuses its writes (a full disk), the
         session stays readable and is marked: the next attach tries again first."""
         try:
-            if entries is None:
-                entries = await self.store.read(session.id)
-            await recover_loaded(self, session, entries)
+            if decoded is None:
+                decoded = decode_log(await self.store.read(session.id))
+            await recover_loaded(self, session, decoded)
         except StoreError as exc:
             session.needs_recovery = True
             log.warning("recovery_on_load_failed", session_id=session.id, error=str(exc))
         else:
             session.needs_recovery = False
+
+    async def settle_fork(self, fork: Session) -> None:
+        """A fork just made: nobody of its source is in it, though its copied presence names
+        them, and its prefix may end inside a turn. On one node its load recovered it already
+        (:func:`recover_loaded`: the copied participants expired, the turn finalized); on
+        several, it is recovered here, once, and a store refusal leaves it as copied."""
+        if isinstance(self.cluster, SoleNode):
+            return
+        try:
+            await recover_loaded(self, fork, decode_log(await self.store.read(fork.id)))
+        except StoreError as exc:
+            log.warning("fork_not_settled", session_id=fork.id, error=str(exc))
 
     def unload_stale(self, session: Session) -> None:
         """A store write of ``session`` failed on this sole node: what it holds in memory may
@@ -229,7 +241,8 @@ class Hub:
                 return None
             entries = await self.store.read(session_id)
             head = await self.store.head_seq(session_id)
-            state = rebuild_state(entries, header.name)
+            decoded = decode_log(entries)  # once: the state and the recovery below read it
+            state = state_of(decoded, header.name)
             if state.phase is Phase.TERMINATED and not header.archived:
                 # An ending that logged its session.deleted but could not archive or remove
                 # the session (store outage): finish it instead of attaching to it.
@@ -256,7 +269,7 @@ class Hub:
                 # Nothing is attached to a session this node has not loaded: what its records
                 # still call attached was left by connections that are gone (a restart, or
                 # the unload after a store failure), recovered before anyone can attach.
-                await self._recover_on_load(session, entries)
+                await self._recover_on_load(session, decoded)
             self._sessions[session_id] = session
             self.metrics.sessions.set(len(self._sessions))
             future.set_result(session)

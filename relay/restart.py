@@ -31,18 +31,17 @@ from typing import TYPE_CHECKING, Final, Protocol
 import msgspec
 import structlog
 
-from protocol import codec
-from protocol.errors import ProtocolError, StoreError, StoreUnavailableError
+from protocol.errors import StoreError, StoreUnavailableError
 from protocol.finalize import finalize
-from protocol.frames import Presence, PresenceChange, PresencePayload
+from protocol.frames import Presence, PresenceChange
 
 from .session import presence_change
 
 if TYPE_CHECKING:
     from protocol.frames import Sender
 
-    from .session import Session
-    from .store.base import Deadline, LogEntry, Store
+    from .session import Decoded, Session
+    from .store.base import Deadline, Store
 
 
 class RecoveringHost(Protocol):
@@ -59,7 +58,7 @@ class RecoveringHost(Protocol):
         """The reattach deadline of a participant detached now."""
 
 
-__all__ = ["RecoveringHost", "logged_roster", "recover_after_restart", "recover_loaded"]
+__all__ = ["RecoveringHost", "recover_after_restart", "recover_loaded"]
 
 log = structlog.get_logger("rawp.restart")
 
@@ -87,37 +86,23 @@ async def recover_after_restart(hub: RecoveringHost) -> int:
     return loaded
 
 
-def logged_roster(entries: Sequence[LogEntry]) -> dict[str, PresenceChange]:
+def _logged_roster(decoded: Sequence[Decoded]) -> dict[str, PresenceChange]:
     """Each participant's last presence change in the log, but those that expired: who the
-    log says is attached or detached (docs/protocol.md §5 item 11: ``changes`` when present,
-    later changes win)."""
+    log says is attached or detached (docs/protocol.md §5 item 11: later changes win)."""
     roster: dict[str, PresenceChange] = {}
-    for entry in entries:
-        if entry.type != "session.presence":
-            continue
-        try:
-            frame = codec.decode(entry.data)
-        except ProtocolError:
-            continue  # what the master logged was checked; tolerate entries of older builds
-        if not isinstance(frame, Presence):
-            continue
-        payload = frame.payload
-        changes: Sequence[PresenceChange | PresencePayload] = payload.changes or [payload]
-        for change in changes:
-            if change.state == "expired":
-                roster.pop(change.participant_id, None)
-            else:
-                roster[change.participant_id] = PresenceChange(
-                    participant_id=change.participant_id, role=change.role, state=change.state
-                )
+    for frame, _ in decoded:
+        if isinstance(frame, Presence):
+            for change in frame.payload.all_changes():
+                if change.state == "expired":
+                    roster.pop(change.participant_id, None)
+                else:
+                    roster[change.participant_id] = change
     return roster
 
 
-async def recover_loaded(
-    hub: RecoveringHost, session: Session, entries: Sequence[LogEntry]
-) -> bool:
-    """Recover a session just loaded by the store's sole owner from its log ``entries``; True
-    if it was finalized.
+async def recover_loaded(hub: RecoveringHost, session: Session, decoded: Sequence[Decoded]) -> bool:
+    """Recover a session just loaded by the store's sole owner from its log, ``decoded``
+    (:func:`~relay.session.decode_log`), or a fork just made; True if it was finalized.
 
     Nothing can be attached to a session this process has not loaded yet, so a record the
     store still marks as attached was left by a connection that is gone: this process's
@@ -134,7 +119,7 @@ async def recover_loaded(
         return False
     store = hub.store
     session_id = session.id
-    logged = logged_roster(entries)
+    logged = _logged_roster(decoded)
     async with session.lock:
         now_ms = int(time.time() * 1000)
         changes = []

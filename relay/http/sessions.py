@@ -23,13 +23,11 @@ from aiohttp import web
 
 from protocol import codec, names
 from protocol.errors import ProtocolError, StoreError
-from protocol.finalize import finalize
-from protocol.frames import PresenceChange, Renamed, RenamedPayload
+from protocol.frames import Renamed, RenamedPayload
 from protocol.state import status
 
 from ..auth import DEFAULT_TOKEN_TTL_S, GRANTS, MAX_TOKEN_TTL_S, Principal
 from ..hub import Hub, new_session_header
-from ..restart import logged_roster
 from ..session import Session
 from ..store.base import SessionHeader
 from .access import (
@@ -323,19 +321,9 @@ async def fork_session(request: web.Request) -> web.Response:
     fork = await hub.open(fork_id)
     if fork is None:
         raise ApiError(409, f"session {fork_id} was deleted meanwhile", code="conflict")
-    async with fork.lock:
-        # Nobody is attached to a fork: a prefix ending inside a turn is finalized (§7.8.2),
-        # and the source's participants its copied presence names are logged expired.
-        if not fork.terminated:
-            copied = logged_roster(await hub.store.read(fork_id))
-            gone = [
-                PresenceChange(participant_id=p, role=c.role, state="expired")
-                for p, c in copied.items()
-            ]
-            await fork.log_presence(gone)
-        synthetic = finalize(fork.state, session_id=fork.id, sender=hub.master_sender)
-        if synthetic and not fork.terminated:
-            await fork.append_master(synthetic)
+    # Nobody is attached to a fork: the source's participants its copied presence names are
+    # logged expired, a prefix ending inside a turn is finalized (§7.8.2).
+    await hub.settle_fork(fork)
     request.app[HTTP_METRICS].sessions_created.inc()
     token = await issue_token(request, principal, fork_id, TokenBody())
     made = {"session": await describe(hub, fork, header), "token": token, "created": True}

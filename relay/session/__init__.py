@@ -1,8 +1,9 @@
 """One session on this node: validate → append → fold → fan out, attach, detach, terminate.
 
 The public API is :class:`Session` (made with the :class:`SessionDeps` it is handed),
-:class:`Participant` (one attached connection), :func:`rebuild_state` and
-:func:`presence_change`; the modules of this package are its parts (docs/architecture.md).
+:class:`Participant` (one attached connection), :func:`rebuild_state` (or, of a log decoded
+once with :func:`decode_log`, :func:`state_of`) and :func:`presence_change`; the modules of
+this package are its parts (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -10,7 +11,16 @@ from __future__ import annotations
 from .builders import presence_change
 from .core import SessionDeps
 from .participant import Participant
-from .pipeline import rebuild_state
+from .pipeline import Decoded, decode_log, rebuild_state, state_of
 from .session import Session
 
-__all__ = ["Participant", "Session", "SessionDeps", "presence_change", "rebuild_state"]
+__all__ = [
+    "Decoded",
+    "Participant",
+    "Session",
+    "SessionDeps",
+    "decode_log",
+    "presence_change",
+    "rebuild_state",
+    "state_of",
+]

@@ -45,7 +45,7 @@ from .core import Hooks, SessionCore
 from .effects import Effects
 from .participant import Participant
 
-__all__ = ["CommitPipeline", "Pending", "rebuild_state"]
+__all__ = ["CommitPipeline", "Decoded", "Pending", "decode_log", "rebuild_state", "state_of"]
 
 log = structlog.get_logger("rawp.session")
 
@@ -64,14 +64,28 @@ _ENDINGS: Final = frozenset({Effect.END_REQUESTED, Effect.END_WITH_ERROR})
 Queued = tuple[Participant, Frame | GenericFrame, bytes]
 
 
+Decoded = tuple[Frame | GenericFrame, SenderRole]
+
+
+def decode_log(entries: Sequence[LogEntry]) -> list[Decoded]:
+    """Every entry of a log decoded, with its sender's role (once per load: the state and the
+    load's recovery both read it)."""
+    return list(_decoded(entries))
+
+
 def rebuild_state(entries: Sequence[LogEntry], name: str = "") -> SessionState:
     """Fold a log from seq 1 into a fresh state (load, and after a refused batch)."""
-    state = replay(list(_decoded(entries)))
+    return state_of(decode_log(entries), name)
+
+
+def state_of(decoded: Sequence[Decoded], name: str = "") -> SessionState:
+    """:func:`rebuild_state` of a log decoded already (:func:`decode_log`)."""
+    state = replay(decoded)
     state.name = state.name or name  # the header's name when the log holds no rename
     return state
 
 
-def _decoded(entries: Sequence[LogEntry]) -> Iterator[tuple[Frame | GenericFrame, SenderRole]]:
+def _decoded(entries: Sequence[LogEntry]) -> Iterator[Decoded]:
     for entry in entries:
         try:
             yield codec.decode(entry.data), entry.sender_role  # type: ignore[misc]
