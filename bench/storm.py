@@ -115,13 +115,14 @@ async def attach_rate(
     return float(got["edges"]) / float(got["seconds"]), 1000 * cpu / float(got["edges"])
 
 
+def storm_master_flags(store: str = "memory") -> list[str]:
+    """The flags of the master the storms run on (the default reattach window)."""
+    return [*UNTHROTTLED, "--max-edges-per-session", "1100", "--store", store]
+
+
 def rate_master_flags(store: str = "memory") -> list[str]:
     """The flags of a master the attach rates are measured on (``RATE_WINDOW_S``)."""
-    return [
-        *UNTHROTTLED,
-        "--max-edges-per-session", "1100", "--store", store,
-        "--reattach-window", str(RATE_WINDOW_S),
-    ]  # fmt: skip
+    return [*storm_master_flags(store), "--reattach-window", str(RATE_WINDOW_S)]
 
 
 async def alternating_rounds(
@@ -291,7 +292,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     storms: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="rawp-bench-") as tmp:
         workdir = Path(tmp)
-        extra = [*UNTHROTTLED, "--max-edges-per-session", "1100", "--store", store]
+        extra = storm_master_flags(store)
         rate_extra = rate_master_flags(store)
         loop = getattr(args, "loop", "asyncio")  # the same event loop for both servers
         baseline = await start_baseline(loop=loop)

@@ -126,13 +126,13 @@ class Node(Coordinator[S, P], Protocol):
 class SoleNode:
     """This master alone: every multi-node hook is a no-op.
 
-    ``forget`` is how a session whose store write failed is dropped from the node's
-    registry (with its connections), so that its next use loads it again from the log.
+    ``unload`` is how a session whose store write failed is dropped from the node's registry
+    with its connections (the hub's ``unload_stale``), so that its next use loads it again.
     """
 
-    def __init__(self, node_id: str, forget: Callable[[Any], None]) -> None:
+    def __init__(self, node_id: str, unload: Callable[[Any], None]) -> None:
         self._id = node_id
-        self._forget = forget
+        self._unload = unload
 
     @property
     def id(self) -> str:
@@ -203,8 +203,8 @@ class SoleNode:
         return False
 
     def store_failed(self, session: object) -> None:
-        """Forget the session and close its connections: its next use reloads it."""
-        self._forget(session)
+        """Unload the session with its connections: its next use reloads it."""
+        self._unload(session)
 
     def ended_elsewhere(self, session: object) -> None:
         """There is no elsewhere: every end of a session is this node's own."""
