@@ -11,9 +11,16 @@ code the sender gets depends on why the store refused:
 * :class:`~protocol.errors.SessionMissing` (the store has no such session: deleted
   meanwhile, e.g. by another node): ``not_allowed`` — the session's ``session.deleted`` is on
   its way to the participant.
+
+What a caller reads of a store failure (a ``session.error`` message, an HTTP problem's
+``detail``) is :func:`shown`: its kind, never the store's own text, which names hosts, ports,
+file paths or the store's replies (``redis unreachable: Error 111 connecting to
+10.0.0.5:6379``). The full text goes to the master's log.
 """
 
 from __future__ import annotations
+
+import structlog
 
 from protocol.errors import (
     FormatVersionError,
@@ -21,10 +28,27 @@ from protocol.errors import (
     ProtocolError,
     SessionMissing,
     StoreUnavailable,
+    StoreUnavailableError,
     VersionUnsupported,
 )
 
-__all__ = ["refusal"]
+__all__ = ["refusal", "shown"]
+
+log = structlog.get_logger("rawp.store")
+
+
+def shown(exc: BaseException) -> str:
+    """What a caller may read of the store failure ``exc`` (its full text is logged here).
+
+    Our own texts pass (a newer format's, a missing session's: they name the session and
+    versions only); a backend's become their kind.
+    """
+    log.warning("store_failed", error=str(exc), kind=type(exc).__name__)
+    if isinstance(exc, FormatVersionError | SessionMissing):
+        return str(exc)
+    if isinstance(exc, StoreUnavailableError):
+        return "the store is unavailable"
+    return "the store refused the operation"
 
 
 def refusal(exc: BaseException, message_id: str) -> ProtocolError:
@@ -32,5 +56,5 @@ def refusal(exc: BaseException, message_id: str) -> ProtocolError:
     if isinstance(exc, SessionMissing):
         return NotAllowed(f"frame {message_id} was not stored: the session no longer exists")
     if isinstance(exc, FormatVersionError):
-        return VersionUnsupported(f"frame {message_id} was not stored: {exc}")
-    return StoreUnavailable(f"frame {message_id} was not stored: {exc}")
+        return VersionUnsupported(f"frame {message_id} was not stored: {shown(exc)}")
+    return StoreUnavailable(f"frame {message_id} was not stored: {shown(exc)}")

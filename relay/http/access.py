@@ -14,6 +14,7 @@ from protocol import acts, names
 from protocol.errors import NotAllowed, StoreError
 
 from ..auth import Principal
+from ..faults import shown
 from ..hub import Hub
 from ..session import Session
 from ..store.base import SessionHeader
@@ -47,7 +48,7 @@ async def visible_header(request: web.Request, principal: Principal) -> SessionH
     try:
         header = await hub_of(request).store.get_session(session_id)
     except StoreError as exc:
-        raise ApiError(503, str(exc), code="store_unavailable") from None
+        raise ApiError(503, shown(exc), code="store_unavailable") from None
     if header is None or not principal.can_see(header):
         raise ApiError(404, f"no session {session_id}", code="not_found")
     return header

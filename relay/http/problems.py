@@ -16,6 +16,8 @@ from protocol.errors import (
     StoreError,
 )
 
+from ..faults import shown
+
 __all__ = ["problem", "problem_for_http_error", "problem_from_error", "problem_middleware"]
 
 _STATUS_TITLES = {
@@ -76,11 +78,11 @@ def problem_from_error(exc: RawpError) -> web.Response:
     if isinstance(exc, SessionMissing):  # deleted meanwhile (e.g. by another node)
         return problem(404, exc.message, code="not_found")
     if isinstance(exc, FormatVersionError):
-        return problem(503, exc.message, code="version_unsupported")
+        return problem(503, shown(exc), code="version_unsupported")
     if isinstance(exc, StoreError):
         # An outage under a request no handler wrapped (a session loaded for a read): the
-        # store's fault, retryable — never the client's 400.
-        return problem(503, exc.message, code="store_unavailable")
+        # store's fault, retryable — never the client's 400; its text stays in the log.
+        return problem(503, shown(exc), code="store_unavailable")
     code = getattr(exc, "code", None)
     status = 503 if code == "store_unavailable" else 400
     return problem(status, exc.message, code=code)

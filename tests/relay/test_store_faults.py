@@ -91,6 +91,32 @@ async def test_a_refused_append_is_answered_and_the_session_goes_on(
     assert got["message_id"] == accepted["message_id"]
 
 
+_BACKEND_TEXT = "redis unreachable: Error 111 connecting to 10.9.8.7:6380. Connection refused."
+
+
+@pytest.mark.parametrize("failure", [StoreUnavailableError, StoreError])
+async def test_a_refusal_names_the_failure_kind_never_the_store_s_own_text(
+    master: Master, monkeypatch: pytest.MonkeyPatch, failure: type[StoreError]
+) -> None:
+    """The session.error of a refused frame says the store failed, not where it lives: the
+    backend's text (hosts, ports, paths) stays in the master's log."""
+    client, _ = await client_and_edge(master, "s-faults-text")
+    real = master.store.append
+
+    async def failing(session_id: str, entries: Sequence[NewEntry]) -> list[AppendResult]:
+        if entries[0].sender_role == "client":
+            raise failure(_BACKEND_TEXT)
+        return await real(session_id, entries)
+
+    monkeypatch.setattr(master.store, "append", failing)
+    await client.send("agent.state", {"state": "thinking"})
+    error: dict[str, Any] = await client.recv()
+    assert error["payload"]["error_code"] == "store_unavailable"
+    assert "10.9.8.7" not in error["payload"]["message"]
+    assert "6380" not in error["payload"]["message"]
+    assert "the store" in error["payload"]["message"]
+
+
 async def test_a_batch_folded_behind_a_refused_one_is_refused_too(
     master: Master, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -323,6 +323,24 @@ async def test_unknown_ignorable_frames_are_served_untouched(api: Api, master: M
     await client.close()
 
 
+async def test_a_store_outage_answers_503_without_the_store_s_own_text(
+    api: Api, master: Master, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GET while the store is down: 503 store_unavailable whose detail names the failure's
+    kind, not the backend's text (its host and port stay in the master's log)."""
+    await api.create("s-outage-text")
+
+    async def get_session(session_id: str) -> None:
+        raise StoreUnavailableError("redis unreachable: Error 111 connecting to 10.9.8.7:6380.")
+
+    monkeypatch.setattr(master.store, "get_session", get_session)
+    refused = await api.get("/v1/sessions/s-outage-text")
+    assert refused.status == 503
+    assert refused.problem["code"] == "store_unavailable"
+    assert refused.problem["detail"] == "the store is unavailable"
+    assert "10.9.8.7" not in refused.text
+
+
 async def test_a_delete_the_store_cannot_make_durable_answers_503(
     api: Api, master: Master, monkeypatch: pytest.MonkeyPatch
 ) -> None:
