@@ -26,6 +26,7 @@ import signal
 from collections import defaultdict
 
 from websockets.asyncio.server import ServerConnection, broadcast, serve
+from websockets.exceptions import ConnectionClosed
 
 __all__ = ["main"]
 
@@ -39,6 +40,13 @@ class Relay:
         self.frames: defaultdict[str, list[bytes]] = defaultdict(list)
 
     async def handler(self, ws: ServerConnection) -> None:
+        # A connection cut without a closing handshake (the generators drop thousands at
+        # once) ends quietly: websockets would log a traceback for each, costing this
+        # server more CPU than the master spends on the same closes.
+        with contextlib.suppress(ConnectionClosed):
+            await self._serve_one(ws)
+
+    async def _serve_one(self, ws: ServerConnection) -> None:
         try:
             first = await asyncio.wait_for(ws.recv(decode=False), 10)
             hello = json.loads(first)
