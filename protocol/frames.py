@@ -196,7 +196,7 @@ class Frame(Struct, gc=False, tag_field="type", kw_only=True, omit_defaults=True
     @property
     def type(self) -> str:
         """The frame's ``type`` tag."""
-        return str(self.__struct_config__.tag)
+        return self.__struct_config__.tag  # type: ignore[return-value]  # always a str here
 
     @property
     def synthetic(self) -> bool:

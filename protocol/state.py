@@ -73,6 +73,10 @@ Status: TypeAlias = Literal["idle", "running", "requires_action", "terminated"]
 class Phase(enum.Enum):
     """Where the session is in its turn lifecycle."""
 
+    # Members are singletons compared by identity: hashed by identity too, in C (Enum's own
+    # __hash__ is Python code, run twice per folded frame for the TABLE lookups).
+    __hash__ = object.__hash__
+
     IDLE = "idle"
     TURN_OPEN = "turn_open"
     USAGE_DUE = "usage_due"

@@ -300,10 +300,9 @@ class Hub:
         """Attach a connection whose hello was authenticated (notes §5)."""
         session_id = hello.session_id
         role = hello.payload.role
-        absent = NoSuchSession(f"no session {session_id} (send create to make it)")
         if principal.kind == "token" and principal.session_id != session_id:
             # [trust] for a session token every other session is absent (issue 12: no oracle)
-            raise absent
+            raise _absent(session_id)
         if not principal.may_attach(role):
             raise Forbidden(f"this credential may not attach as {role}")
         while True:
@@ -313,7 +312,7 @@ class Hub:
                 if create is None or role != "client":
                     if await self.store.is_deleted(session_id):
                         raise SessionGone(f"session {session_id} was deleted")
-                    raise absent
+                    raise _absent(session_id)
                 fresh = new_session_header(
                     session_id,
                     principal.workspace,
@@ -327,7 +326,7 @@ class Hub:
                     # Session ids are one namespace: creating one that is taken says so.
                     raise Forbidden(f"session id {session_id} is taken")
                 # [trust] another workspace's session looks exactly like an absent one
-                raise absent
+                raise _absent(session_id)
             if header.archived:
                 raise SessionGone(f"session {session_id} has ended ({header.reason})")
             session = await self.open(session_id)
@@ -348,7 +347,7 @@ class Hub:
                 # and again without ever yielding to the deletion).
                 await session.ended.wait()
                 continue
-            self.metrics.connections.labels(role).inc()
+            self.metrics.connected(role)
             return session, attached
 
     async def delete(
@@ -409,3 +408,8 @@ class Hub:
                 await self.store.set_deadline(deadline)
         except Exception:
             log.exception("expire_failed", session_id=deadline.session_id)
+
+
+def _absent(session_id: str) -> NoSuchSession:
+    """The one refusal for a session that is not there, or not this credential's to see."""
+    return NoSuchSession(f"no session {session_id} (send create to make it)")

@@ -42,3 +42,14 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        # The role's child of ``connections``, looked up once: ``labels()`` takes a lock and
+        # builds a key, twice per connection (attach and detach).
+        self._connections_of = {role: self.connections.labels(role) for role in ("client", "edge")}
+
+    def connected(self, role: str) -> None:
+        """One more attached connection of ``role``."""
+        self._connections_of[role].inc()
+
+    def disconnected(self, role: str) -> None:
+        """One attached connection of ``role`` fewer."""
+        self._connections_of[role].dec()

@@ -146,7 +146,7 @@ class WebSocketEndpoint:
             pass
         finally:
             hub.held_credentials.release(participant.principal)
-            hub.metrics.connections.labels(participant.role).dec()
+            hub.metrics.disconnected(participant.role)
             await session.detach(participant, finalize_client=not hub.shutting_down)
             log.info("detached", code=connection.close_code)
             structlog.contextvars.clear_contextvars()

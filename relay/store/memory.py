@@ -143,10 +143,9 @@ class MemoryStore(Store):
         """Applied at once (this store's append never waits): a future already done, no task
         per append. An ``append`` replaced on the instance or a subclass (a store wrapped to
         inject faults) gets the default, awaited path."""
-        own = self.append
         if (
-            getattr(own, "__func__", None) is not _OWN_APPEND
-            or getattr(own, "__self__", None) is not self
+            "append" in self.__dict__  # replaced on the instance
+            or type(self).append is not _OWN_APPEND  # or by a subclass
             or (after is not None and not after.done())
         ):
             return super().append_nowait(session_id, entries, after=after)

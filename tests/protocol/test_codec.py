@@ -1,4 +1,4 @@
-"""protocol.codec: fresh message ids."""
+"""protocol.codec: fresh message ids and the current time."""
 
 from __future__ import annotations
 
@@ -25,3 +25,45 @@ def test_new_message_ids_are_distinct_version_4_uuids() -> None:
         anded &= v
     assert (ored | fixed) == (1 << 128) - 1
     assert anded & ~fixed & ((1 << 128) - 1) == 0
+
+
+def test_a_forked_child_makes_ids_its_parent_does_not() -> None:
+    """After a fork the child's ids come from fresh random bytes, not the parent's pool."""
+    import os
+
+    codec.new_message_id()  # the pool is filled
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids, to the parent
+        os.close(read)
+        os.write(write, ",".join(codec.new_message_id() for _ in range(8)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child = set(pipe.read().split(","))
+    os.waitpid(pid, 0)
+    parent = {codec.new_message_id() for _ in range(8)}
+    assert len(child) == 8
+    assert not child & parent
+
+
+def test_now_is_the_current_time_to_the_millisecond() -> None:
+    """now() is UTC, whole milliseconds, and between the clock readings around it."""
+    import datetime as dt
+    import time
+
+    before = time.time_ns() // 1_000_000
+    moment = codec.now()
+    after = time.time_ns() // 1_000_000
+    assert moment.tzinfo is dt.UTC
+    assert moment.microsecond % 1000 == 0
+    assert before <= round(moment.timestamp() * 1000) <= after
+
+
+def test_whole_milliseconds_convert_to_exactly_that_millisecond() -> None:
+    """A float of milliseconds / 1000 lands on its own millisecond (no .999 rounding)."""
+    import datetime as dt
+
+    for ms in range(1_733_111_111_000, 1_733_111_111_000 + 20_000):
+        moment = dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+        assert moment.microsecond == (ms % 1000) * 1000
