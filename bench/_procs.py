@@ -227,6 +227,7 @@ async def start_master(
     tracemalloc: bool = False,
     root: Path | None = None,
     no_presence: bool = False,
+    wrapper: Sequence[str] = (),
 ) -> Proc:
     """A master on free 127.0.0.1 ports with API key :data:`API_KEY`, log level warning.
 
@@ -236,6 +237,7 @@ async def start_master(
     ``rawp_serve`` runs the ``rawp serve`` command itself; otherwise ``bench._master``
     (same flags, plus ``--loop``, ``--profile``, ``--control``, ``--max-seconds``;
     ``no_presence``: ``--experiment-no-presence``, see :mod:`bench._master`).
+    ``wrapper``: a command the interpreter runs under (``valgrind …``: :mod:`bench._instructions`).
     """
     common = [
         "--host", "127.0.0.1", "--ws-port", "0", "--http-port", "0",
@@ -256,20 +258,25 @@ async def start_master(
             argv.append("--tracemalloc")
         if no_presence:
             argv.append("--experiment-no-presence")
-    process = await _spawn(argv, stderr_path=stderr_path, root=root)
-    words = await _announced(process, "RAWP master:", 30.0)
+    process = await _spawn([*wrapper, *argv], stderr_path=stderr_path, root=root)
+    words = await _announced(process, "RAWP master:", 60.0 if wrapper else 30.0)
     # "RAWP master: ws URL  http URL"
     return Proc(process, ws_url=words[3], http_url=words[5], label="master")
 
 
 async def start_baseline(
-    extra: Sequence[str] = (), *, loop: str = "asyncio", max_seconds: float = 900.0
+    extra: Sequence[str] = (),
+    *,
+    loop: str = "asyncio",
+    max_seconds: float = 900.0,
+    wrapper: Sequence[str] = (),
 ) -> Proc:
-    """The minimal websockets fan-out relay (:mod:`bench.baseline_relay`)."""
+    """The minimal websockets fan-out relay (:mod:`bench.baseline_relay`); ``wrapper`` as
+    :func:`start_master`'s."""
     argv = [PYTHON, "-m", "bench.baseline_relay", "--port", "0", "--loop", loop]
     argv += ["--max-seconds", str(max_seconds), *extra]
-    process = await _spawn(argv, stderr_path=None)
-    words = await _announced(process, "baseline relay:", 30.0)
+    process = await _spawn([*wrapper, *argv], stderr_path=None)
+    words = await _announced(process, "baseline relay:", 60.0 if wrapper else 30.0)
     return Proc(process, ws_url=words[3], label="baseline")
 
 

@@ -29,6 +29,10 @@ hello with a welcome, nothing else) beside it in the same run, and load generato
 3. Minimal server, the same storms: as many edges connecting at once (the same handshakes in
    flight) to the minimal server, connect → welcome: what the 3 s aim means on this machine
    (the markdown says so when the minimal server itself needs more).
+4. Instructions per attach (:mod:`bench._instructions`, when valgrind is installed): both
+   servers run under callgrind, a counted window of ``COUNTED_EDGES`` attaches per audience
+   in :data:`COUNTED_AUDIENCES` after a warm-up (the master's heap collected first): the
+   user-space work of an attach, the same for the same code whatever else the machine runs.
 
 The generator parses what the edges receive only after the timed part (``bench._stormgen``):
 every edge of a 1,000-edge session receives every presence change of the storm.
@@ -38,12 +42,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import tempfile
 import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Final
 
+from ._instructions import Count, callgrind_wrapper, counted
 from ._plot import series_by_x
 from ._procs import (
     UNTHROTTLED,
@@ -84,12 +91,22 @@ WARMUP_EDGES: Final = 200  # one untimed round per server before the first measu
 # (and announce it) before the next round starts, not during a later one (with the default
 # 120 s, the expiries of earlier rounds landed in later rounds). The storms need the default.
 RATE_WINDOW_S: Final = 1.0
+# Instruction counts (callgrind, ~50× slower): a few hundred attaches per audience and server.
+COUNTED_AUDIENCES: Final = (1, 100)
+COUNTED_EDGES: Final = 500
+COUNTED_WARMUP_EDGES: Final = 100
 
 
 async def attach_rate(
-    server: Proc, eps: int, total: int, minimal: bool, concurrency: int = 100
+    server: Proc,
+    eps: int,
+    total: int,
+    minimal: bool,
+    concurrency: int = 100,
+    window: Callable[[], contextlib.AbstractAsyncContextManager[Any]] | None = None,
 ) -> tuple[float, float]:
-    """(attaches/s, server CPU ms per attach) for ``total`` edges in sessions of ``eps``."""
+    """(attaches/s, server CPU ms per attach) for ``total`` edges in sessions of ``eps``;
+    ``window``: entered around the timed part only (the sessions' clients attach before it)."""
     sessions = [f"s-att-{time.monotonic_ns()}-{i}" for i in range(max(1, total // eps))]
     cfg = {
         "host": server.host,
@@ -101,13 +118,14 @@ async def attach_rate(
     }
     if minimal:
         cfg["path"] = "/"
-    w = await start_worker("storm_attach", {**cfg, "max_seconds": 300})
+    w = await start_worker("storm_attach", {**cfg, "max_seconds": 900})
     try:
-        await w.expect("ready", timeout=120)
-        cpu0 = server.cpu_seconds()
-        await w.send(cmd="go")
-        got = await w.expect("attached", timeout=300)
-        cpu = server.cpu_seconds() - cpu0
+        await w.expect("ready", timeout=300)
+        async with window() if window is not None else contextlib.nullcontext():
+            cpu0 = server.cpu_seconds()
+            await w.send(cmd="go")
+            got = await w.expect("attached", timeout=600)
+            cpu = server.cpu_seconds() - cpu0
         await w.send(cmd="close")
         await w.expect("closed", timeout=60)
     finally:
@@ -217,6 +235,52 @@ async def _minimal_storm(baseline: Proc, sessions: int, eps: int) -> dict[str, A
         "seconds": round(edges / rate, 3),
         "cpu_s": round(cpu_ms * edges / 1000, 2),
     }
+
+
+async def _instruction_counts(
+    store: str, loop: str, workdir: Path, audiences: tuple[int, ...] = COUNTED_AUDIENCES
+) -> list[dict[str, Any]]:
+    """Per audience in :data:`COUNTED_AUDIENCES`, the user-space instructions per attach of
+    the master and of the minimal server (callgrind, :mod:`bench._instructions`): figures the
+    rest of the machine does not move. Empty without valgrind."""
+    wrapper = callgrind_wrapper(workdir)
+    if wrapper is None:
+        return []
+    rows: list[dict[str, Any]] = []
+    for eps in audiences:
+        row: dict[str, Any] = {"edges_per_session": eps, "edges": COUNTED_EDGES}
+        for name, minimal in (("master", False), ("minimal", True)):
+            if minimal:
+                server = await start_baseline(loop=loop, wrapper=wrapper)
+            else:
+                flags = rate_master_flags(store)
+                server = await start_master(flags, control=True, loop=loop, wrapper=wrapper)
+            counts: list[Count] = []
+
+            @contextlib.asynccontextmanager
+            async def window(
+                pid: int = server.pid, into: list[Count] = counts
+            ) -> AsyncIterator[None]:
+                async with counted(pid, workdir) as count:
+                    yield
+                into.append(count)
+
+            try:
+                await attach_rate(server, 1, COUNTED_WARMUP_EDGES, minimal)  # not counted
+                # the warm-up's detaches and expiries done (slowly, under valgrind)
+                await quiet(server, limit_s=60.0, after_s=RATE_WINDOW_S + 2.0)
+                if not minimal:
+                    # A full collection first: what the window's collections cost no longer
+                    # depends on how much the idle seconds before it allocated (a middle
+                    # collection in or out of it moved the master's count by 7 %).
+                    await server.command("gc", timeout=120.0)
+                await attach_rate(server, eps, COUNTED_EDGES, minimal, window=window)
+            finally:
+                await server.stop(timeout=60)
+            row[name] = round(counts[0].instructions / COUNTED_EDGES / 1000, 1)  # k per attach
+        row["ratio"] = round(row["minimal"] / row["master"], 2)
+        rows.append(row)
+    return rows
 
 
 async def _storm(
@@ -332,6 +396,8 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
             finally:
                 await baseline.stop()
                 await master.stop()
+        counted_audiences = (1,) if quick else COUNTED_AUDIENCES
+        instructions = await _instruction_counts(store, loop, workdir, counted_audiences)
     figures = [*_rate_figures(rates, ""), *_rate_figures(other_rates, f" ({other} loop)")]
     for s in storms:
         exact = s["exact_edges"] == s["edges"] and s["presence_exact_edges"] == s["edges"]
@@ -358,6 +424,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         "attach_rates": rates,
         "other_loop": other,
         "attach_rates_other_loop": other_rates,
+        "instructions_per_attach": instructions,
         "storms": storms,
         "figures": figures,
         "environment": env,
@@ -468,6 +535,26 @@ def _bound_notes(storms: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _instructions_notes(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return ["(No instruction counts: valgrind is not installed.)", ""]
+    return [
+        f"User-space instructions per attach, counted by callgrind ({rows[0]['edges']:,} "
+        "edges per server and audience, one window each, the master after a full "
+        "collection): the same total for the same code whatever else the machine runs, where "
+        "the rates above move up to 2× between runs. The kernel's part (system calls, the "
+        "loopback network) is not counted.",
+        "",
+        table(
+            ["edges per session", "master k instructions", "minimal server k", "ratio"],
+            [
+                [f"{x['edges_per_session']:,}", x["master"], x["minimal"], f"{x['ratio']}×"]
+                for x in rows
+            ],
+        ),
+    ]
+
+
 def markdown(result: dict[str, Any]) -> str:
     r = result
     lines = [
@@ -492,6 +579,7 @@ def markdown(result: dict[str, Any]) -> str:
         "last welcome, per attach: the cross-check that other load on the machine disturbs "
         "least (the rates move with whatever else runs on the two cores).",
         "",
+        *_instructions_notes(r.get("instructions_per_attach") or []),
         table(
             [
                 "storm",
