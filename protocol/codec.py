@@ -14,6 +14,7 @@ import datetime as _dt
 import difflib
 import os
 import re
+import threading
 import time
 from typing import Any, Final
 
@@ -157,34 +158,43 @@ def stamp(raw: bytes, frame: Frame | GenericFrame, seq: int, sender: Sender) -> 
 
 class _RandomHex:
     """``os.urandom`` read 4 KiB at a time, as hex: a message id costs a slice, not a system
-    call (an attach makes several: participant id, welcome, presence). Refilled in a forked
-    child, so a parent's and a child's ids never repeat each other's."""
+    call (an attach makes several: participant id, welcome, presence). Taken under a lock
+    (the client library may make ids from several threads: two of them must never take the
+    same slice), and refilled in a forked child, so a parent's and a child's ids never repeat
+    each other's."""
 
-    __slots__ = ("_at", "_hex")
+    __slots__ = ("_at", "_hex", "_lock")
 
     _BYTES: Final = 4096
 
     def __init__(self) -> None:
         self._hex = ""
         self._at = 0
+        self._lock = threading.Lock()
 
     def refill(self) -> None:
         self._hex = os.urandom(self._BYTES).hex()
         self._at = 0
 
+    def after_fork(self) -> None:
+        """In a forked child: a fresh lock (another thread may have held it) and fresh bytes."""
+        self._lock = threading.Lock()
+        self.refill()
+
     def take32(self) -> str:
         """32 fresh random hex digits (128 bits)."""
-        at = self._at
-        if at + 32 > len(self._hex):
-            self.refill()
-            at = 0
-        self._at = at + 32
-        return self._hex[at : at + 32]
+        with self._lock:
+            at = self._at
+            if at + 32 > len(self._hex):
+                self.refill()
+                at = 0
+            self._at = at + 32
+            return self._hex[at : at + 32]
 
 
 _random: Final = _RandomHex()
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_random.refill)
+    os.register_at_fork(after_in_child=_random.after_fork)
 # RFC 4122 variant: the 17th digit's two high bits are 10 (8, 9, a or b), its low two random.
 _VARIANT: Final = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
 
