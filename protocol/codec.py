@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import difflib
+import itertools
 import os
 import re
-import threading
 import time
 from typing import Any, Final
 
@@ -158,38 +158,35 @@ def stamp(raw: bytes, frame: Frame | GenericFrame, seq: int, sender: Sender) -> 
 
 class _RandomHex:
     """``os.urandom`` read 4 KiB at a time, as hex: a message id costs a slice, not a system
-    call (an attach makes several: participant id, welcome, presence). Taken under a lock
-    (the client library may make ids from several threads: two of them must never take the
-    same slice), and refilled in a forked child, so a parent's and a child's ids never repeat
-    each other's."""
+    call (an attach makes several: participant id, welcome, presence).
 
-    __slots__ = ("_at", "_hex", "_lock")
+    Safe from several threads without a lock (the client library may make ids from several):
+    each id takes the next number of an ``itertools.count`` (one C call, atomic), which names
+    its block of random bytes and its slot in it, and a block is made once (``setdefault``
+    keeps the first one made). Reset in a forked child, so a parent's and a child's ids never
+    repeat each other's.
+    """
 
-    _BYTES: Final = 4096
+    __slots__ = ("_blocks", "_numbers")
+
+    _IDS_PER_BLOCK: Final = 256  # 4 KiB of random bytes, 32 hex digits per id
 
     def __init__(self) -> None:
-        self._hex = ""
-        self._at = 0
-        self._lock = threading.Lock()
-
-    def refill(self) -> None:
-        self._hex = os.urandom(self._BYTES).hex()
-        self._at = 0
+        self.after_fork()
 
     def after_fork(self) -> None:
-        """In a forked child: a fresh lock (another thread may have held it) and fresh bytes."""
-        self._lock = threading.Lock()
-        self.refill()
+        """Fresh blocks (in a forked child: none of the parent's)."""
+        self._numbers = itertools.count()
+        self._blocks: dict[int, str] = {}
 
     def take32(self) -> str:
         """32 fresh random hex digits (128 bits)."""
-        with self._lock:
-            at = self._at
-            if at + 32 > len(self._hex):
-                self.refill()
-                at = 0
-            self._at = at + 32
-            return self._hex[at : at + 32]
+        block, slot = divmod(next(self._numbers), self._IDS_PER_BLOCK)
+        digits = self._blocks.get(block)
+        if digits is None:
+            digits = self._blocks.setdefault(block, os.urandom(16 * self._IDS_PER_BLOCK).hex())
+            self._blocks.pop(block - 2, None)  # a thread may still be slicing the one before
+        return digits[32 * slot : 32 * slot + 32]
 
 
 _random: Final = _RandomHex()
