@@ -15,7 +15,9 @@ code the sender gets depends on why the store refused:
 What a caller reads of a store failure (a ``session.error`` message, an HTTP problem's
 ``detail``) is :func:`shown`: its kind, never the store's own text, which names hosts, ports,
 file paths or the store's replies (``redis unreachable: Error 111 connecting to
-10.0.0.5:6379``). The full text goes to the master's log.
+10.0.0.5:6379``). The full text goes to the master's log, where the failure is handled
+(:func:`reported` under an HTTP request, ``SessionCore.count_store_error`` for refused
+frames).
 """
 
 from __future__ import annotations
@@ -32,23 +34,29 @@ from protocol.errors import (
     VersionUnsupported,
 )
 
-__all__ = ["refusal", "shown"]
+__all__ = ["refusal", "reported", "shown"]
 
 log = structlog.get_logger("rawp.store")
 
 
 def shown(exc: BaseException) -> str:
-    """What a caller may read of the store failure ``exc`` (its full text is logged here).
+    """What a caller may read of the store failure ``exc``.
 
     Our own texts pass (a newer format's, a missing session's: they name the session and
     versions only); a backend's become their kind.
     """
-    log.warning("store_failed", error=str(exc), kind=type(exc).__name__)
     if isinstance(exc, FormatVersionError | SessionMissing):
         return str(exc)
     if isinstance(exc, StoreUnavailableError):
         return "the store is unavailable"
     return "the store refused the operation"
+
+
+def reported(exc: BaseException) -> str:
+    """:func:`shown`, once the store's own text is logged (``store_failed``): for a failure
+    answered to an HTTP request."""
+    log.warning("store_failed", error=str(exc), kind=type(exc).__name__)
+    return shown(exc)
 
 
 def refusal(exc: BaseException, message_id: str) -> ProtocolError:

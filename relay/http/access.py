@@ -14,12 +14,11 @@ from protocol import acts, names
 from protocol.errors import NotAllowed, StoreError
 
 from ..auth import Principal
-from ..faults import shown
 from ..hub import Hub
 from ..session import Session
 from ..store.base import SessionHeader
 from .context import HUB, authenticate
-from .middleware import ApiError
+from .middleware import ApiError, store_unavailable
 
 __all__ = [
     "hub_of",
@@ -48,7 +47,7 @@ async def visible_header(request: web.Request, principal: Principal) -> SessionH
     try:
         header = await hub_of(request).store.get_session(session_id)
     except StoreError as exc:
-        raise ApiError(503, shown(exc), code="store_unavailable") from None
+        raise store_unavailable(exc) from None
     if header is None or not principal.can_see(header):
         raise ApiError(404, f"no session {session_id}", code="not_found")
     return header

@@ -18,9 +18,8 @@ from aiohttp import web
 
 from protocol.errors import StoreError
 
-from ..faults import shown
 from .context import HUB
-from .middleware import ApiError
+from .middleware import store_unavailable
 
 if TYPE_CHECKING:
     from ..coordination import Coordinator
@@ -45,4 +44,4 @@ async def fenced_write(coordinator: Coordinator[Any, Any], session_id: str) -> A
         async with coordinator.writing(session_id):
             yield
     except StoreError as exc:
-        raise ApiError(503, shown(exc), code="store_unavailable") from None
+        raise store_unavailable(exc) from None

@@ -20,14 +20,16 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from protocol import codec
+from protocol.errors import StoreError
 from protocol.state import status
 
+from ..faults import reported
 from .problems import problem, problem_for_http_error
 
 if TYPE_CHECKING:
     from ..hub import Hub
 
-__all__ = ["HTTP_METRICS", "ApiError", "HttpMetrics", "api_middleware"]
+__all__ = ["HTTP_METRICS", "ApiError", "HttpMetrics", "api_middleware", "store_unavailable"]
 
 _BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
 _STREAMING: Final = frozenset({"/v1/sessions/{session_id}/events/stream"})
@@ -46,6 +48,12 @@ class ApiError(Exception):
     def response(self) -> web.Response:
         """The problem+json answer."""
         return problem(self.status, self.detail, code=self.code, **self.extra)
+
+
+def store_unavailable(exc: StoreError) -> ApiError:
+    """The 503 ``store_unavailable`` for a store failure under a request: its kind for the
+    caller (:func:`relay.faults.shown`), the store's own text for the log."""
+    return ApiError(503, reported(exc), code="store_unavailable")
 
 
 class _SessionsCollector(Collector):

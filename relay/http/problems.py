@@ -16,7 +16,7 @@ from protocol.errors import (
     StoreError,
 )
 
-from ..faults import shown
+from ..faults import reported, shown
 
 __all__ = ["problem", "problem_for_http_error", "problem_from_error", "problem_middleware"]
 
@@ -82,7 +82,7 @@ def problem_from_error(exc: RawpError) -> web.Response:
     if isinstance(exc, StoreError):
         # An outage under a request no handler wrapped (a session loaded for a read): the
         # store's fault, retryable — never the client's 400; its text stays in the log.
-        return problem(503, shown(exc), code="store_unavailable")
+        return problem(503, reported(exc), code="store_unavailable")
     code = getattr(exc, "code", None)
     status = 503 if code == "store_unavailable" else 400
     return problem(status, exc.message, code=code)

@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+import structlog
+
 from protocol.frames import Frame, History, Sender
 from protocol.state import SessionState
 
@@ -28,6 +30,8 @@ from ..store.base import Deadline, LogEntry, SessionHeader, Store
 from .participant import Participant
 
 __all__ = ["Hooks", "PresenceSteps", "SessionCore", "SessionDeps"]
+
+log = structlog.get_logger("rawp.session")
 
 _MAX_FLUSH_WAIT: Final = 0.02  # seconds: the most a delivery waits for the session's flush
 _RECENT_IDS: Final = 65536
@@ -204,6 +208,13 @@ class SessionCore:
             return
         for listener in tuple(self.listeners):
             listener(entry)
+
+    def count_store_error(self, exc: BaseException) -> None:
+        """A store failure refused frames of this session: counted (``rawp_store_errors``)
+        and logged with the store's own text, which the senders never read
+        (:func:`relay.faults.shown`)."""
+        self.metrics.store_errors.inc()
+        log.warning("store_refused", session_id=self.id, error=str(exc), kind=type(exc).__name__)
 
     def count_delivered(self) -> None:
         """Add the deliveries since the last call to the ``frames_out`` metric."""

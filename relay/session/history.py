@@ -57,7 +57,7 @@ class ClientHistory:
             except StoreError as exc:
                 # Refused like a failed append: answered, and later frames refused until it
                 # is sent again (never judged against a state the history would have changed).
-                core.metrics.store_errors.inc()
+                core.count_store_error(exc)
                 self.pipeline.refuse(participant, frame.message_id, exc)
                 return
             if logged:

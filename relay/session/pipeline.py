@@ -428,7 +428,7 @@ class CommitPipeline:
             results = appended.result() if appended.done() else await asyncio.shield(appended)
         except StoreError as exc:  # any store failure (SessionMissing too): answered, never fatal
             self._inflight.popleft()
-            core.metrics.store_errors.inc()
+            core.count_store_error(exc)
             self._refuse(item.pending, exc)
             # every later batch was folded on top of this one: the store refuses it too
             while self._inflight:
