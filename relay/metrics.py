@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from protocol.frames import Role
 
 __all__ = ["Metrics"]
 
@@ -44,7 +48,7 @@ class Metrics:
         )
         # The role's child of ``connections``, looked up once: ``labels()`` takes a lock and
         # builds a key, twice per connection (attach and detach).
-        self._connections_of = {role: self.connections.labels(role) for role in ("client", "edge")}
+        self._connections_of = {role: self.connections.labels(role) for role in get_args(Role)}
 
     def connected(self, role: str) -> None:
         """One more attached connection of ``role``."""

@@ -62,39 +62,14 @@ def test_now_is_the_current_time_to_the_millisecond() -> None:
     assert before <= round(moment.timestamp() * 1000) <= after
 
 
-def test_whole_milliseconds_convert_to_exactly_that_millisecond() -> None:
-    """A float of milliseconds / 1000 lands on its own millisecond (no .999 rounding)."""
-    import datetime as dt
-
-    for ms in range(1_733_111_111_000, 1_733_111_111_000 + 20_000):
-        moment = dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
-        assert moment.microsecond == (ms % 1000) * 1000
-
-
-def test_threads_making_ids_at_once_never_share_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ids made from several threads at once are all distinct, even while the random pool is
-    being refilled (a slow ``os.urandom`` here: another thread runs meanwhile)."""
-    import os
-    import threading
+def test_now_lands_on_the_clock_s_own_millisecond(monkeypatch: pytest.MonkeyPatch) -> None:
+    """now() is the clock's millisecond exactly, for every millisecond of a stretch of 20 s
+    (no float rounding to the one before: .999 would show as the wrong millisecond)."""
     import time
 
-    real = os.urandom
-
-    def slow_urandom(n: int) -> bytes:
-        time.sleep(0.002)  # lets the other threads run in the middle of a refill
-        return real(n)
-
-    monkeypatch.setattr(os, "urandom", slow_urandom)
-    made: list[list[str]] = [[] for _ in range(4)]
-
-    def make(into: list[str]) -> None:
-        for _ in range(3_000):
-            into.append(codec.new_message_id())
-
-    threads = [threading.Thread(target=make, args=(m,)) for m in made]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    ids = [i for m in made for i in m]
-    assert len(set(ids)) == len(ids) == 12_000
+    start = 1_733_111_111_000
+    for ms in range(start, start + 20_000):
+        monkeypatch.setattr(time, "time_ns", lambda ms=ms: ms * 1_000_000 + 999_999)
+        moment = codec.now()
+        assert moment.microsecond == (ms % 1000) * 1000
+        assert round(moment.timestamp() * 1000) == ms
