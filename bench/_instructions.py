@@ -8,20 +8,17 @@ What it does not count is the kernel's part (system calls, the loopback network 
 the process runs ~50× slower under it, so the counts come from a few hundred attaches.
 
 A server is started under :func:`callgrind_wrapper` with instrumentation off (startup, the
-warm-up round: not counted); :func:`counted` switches it on around the window and reads the
-total of the dump it asks for at the end.
+warm-up round: not counted); :class:`CountedWindow` switches it on around the window and reads
+the total of the dump it asks for at the end.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import shutil
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Count", "callgrind_wrapper", "counted"]
+__all__ = ["CountedWindow", "callgrind_wrapper"]
 
 _DUMP_WAIT_S = 60.0
 
@@ -39,13 +36,6 @@ def callgrind_wrapper(directory: Path) -> list[str] | None:
         f"--callgrind-out-file={directory}/callgrind.%p",
         "-q",
     ]
-
-
-@dataclass
-class Count:
-    """What :func:`counted` measured: user-space instructions, once the window is over."""
-
-    instructions: int = 0
 
 
 async def _control(*args: str) -> None:
@@ -71,24 +61,31 @@ def _total(dump: Path) -> int:
     raise ValueError(f"{dump}: no totals line")
 
 
-@contextlib.asynccontextmanager
-async def counted(pid: int, directory: Path) -> AsyncIterator[Count]:
-    """Count the instructions process ``pid`` (started under :func:`callgrind_wrapper`) runs
-    inside the block: counters zeroed and instrumentation on at entry, off and dumped at exit."""
-    pid_text = str(pid)
-    before = len(_dumps(directory, pid))
-    await _control("--zero", pid_text)
-    await _control("--instr=on", pid_text)
-    count = Count()
-    try:
-        yield count
-    finally:
-        await _control("--instr=off", pid_text)
-        await _control("--dump=window", pid_text)
-    deadline = asyncio.get_running_loop().time() + _DUMP_WAIT_S
-    while len(_dumps(directory, pid)) <= before:
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError(f"callgrind wrote no dump for process {pid}")
-        await asyncio.sleep(0.1)
-    await asyncio.sleep(0.2)  # the dump is complete once its file has its totals line
-    count.instructions = _total(_dumps(directory, pid)[-1])
+class CountedWindow:
+    """``async with CountedWindow(pid, directory):`` counts the instructions process ``pid``
+    (started under :func:`callgrind_wrapper`) runs inside the block — counters zeroed and
+    instrumentation on at entry, off and dumped at exit — into :attr:`instructions`."""
+
+    def __init__(self, pid: int, directory: Path) -> None:
+        self.pid = pid
+        self.directory = directory
+        self.instructions = 0
+        self._dumps_before = 0
+
+    async def __aenter__(self) -> CountedWindow:
+        self._dumps_before = len(_dumps(self.directory, self.pid))
+        await _control("--zero", str(self.pid))
+        await _control("--instr=on", str(self.pid))
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await _control("--instr=off", str(self.pid))
+        await _control("--dump=window", str(self.pid))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _DUMP_WAIT_S
+        while len(_dumps(self.directory, self.pid)) <= self._dumps_before:
+            if loop.time() > deadline:
+                raise TimeoutError(f"callgrind wrote no dump for process {self.pid}")
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.2)  # the dump is complete once its file has its totals line
+        self.instructions = _total(_dumps(self.directory, self.pid)[-1])

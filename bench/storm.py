@@ -46,11 +46,10 @@ import contextlib
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Final
 
-from ._instructions import Count, callgrind_wrapper, counted
+from ._instructions import CountedWindow, callgrind_wrapper
 from ._plot import series_by_x
 from ._procs import (
     UNTHROTTLED,
@@ -103,7 +102,7 @@ async def attach_rate(
     total: int,
     minimal: bool,
     concurrency: int = 100,
-    window: Callable[[], contextlib.AbstractAsyncContextManager[Any]] | None = None,
+    window: contextlib.AbstractAsyncContextManager[Any] | None = None,
 ) -> tuple[float, float]:
     """(attaches/s, server CPU ms per attach) for ``total`` edges in sessions of ``eps``;
     ``window``: entered around the timed part only (the sessions' clients attach before it)."""
@@ -121,7 +120,7 @@ async def attach_rate(
     w = await start_worker("storm_attach", {**cfg, "max_seconds": 900})
     try:
         await w.expect("ready", timeout=300)
-        async with window() if window is not None else contextlib.nullcontext():
+        async with window if window is not None else contextlib.nullcontext():
             cpu0 = server.cpu_seconds()
             await w.send(cmd="go")
             got = await w.expect("attached", timeout=600)
@@ -255,16 +254,7 @@ async def _instruction_counts(
             else:
                 flags = rate_master_flags(store)
                 server = await start_master(flags, control=True, loop=loop, wrapper=wrapper)
-            counts: list[Count] = []
-
-            @contextlib.asynccontextmanager
-            async def window(
-                pid: int = server.pid, into: list[Count] = counts
-            ) -> AsyncIterator[None]:
-                async with counted(pid, workdir) as count:
-                    yield
-                into.append(count)
-
+            window = CountedWindow(server.pid, workdir)
             try:
                 await attach_rate(server, 1, COUNTED_WARMUP_EDGES, minimal)  # not counted
                 # the warm-up's detaches and expiries done (slowly, under valgrind)
@@ -277,7 +267,7 @@ async def _instruction_counts(
                 await attach_rate(server, eps, COUNTED_EDGES, minimal, window=window)
             finally:
                 await server.stop(timeout=60)
-            row[name] = round(counts[0].instructions / COUNTED_EDGES / 1000, 1)  # k per attach
+            row[name] = round(window.instructions / COUNTED_EDGES / 1000, 1)  # k per attach
         row["ratio"] = round(row["minimal"] / row["master"], 2)
         rows.append(row)
     return rows
