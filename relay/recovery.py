@@ -30,13 +30,19 @@ from typing import TYPE_CHECKING
 from protocol.errors import StoreUnavailableError
 from protocol.finalize import finalize
 
-from .session import Session, presence_change
+from .session import (
+    Session,
+    deadline_again,
+    decode_log,
+    logged_roster,
+    presence_change,
+)
 from .store.base import ParticipantRecord
 
 if TYPE_CHECKING:
     from prometheus_client import Counter
 
-__all__ = ["recover_locked"]
+__all__ = ["recover_locked", "repair_presence"]
 
 
 async def recover_locked(
@@ -107,3 +113,41 @@ async def recover_locked(
     if finalized is not None:
         finalized.inc()
     return True
+
+
+async def repair_presence(session: Session) -> None:
+    """[multinode] Bring the log's presence of this node's own participants to the truth,
+    once the session is refolded after a store write failed here (caller holds the lock).
+
+    Several nodes keep a session whose store write failed (relay/cluster/following.py), so no
+    load repairs it as on one node (relay/restart.py): a presence the store refused would stay
+    missing, each participant and a late joiner's backlog wrong about who is attached (notes
+    §5). Here, in one coalesced ``session.presence``: ``attached`` for a participant attached
+    to this node that the log does not show attached, ``detached`` for one of this node's
+    records the log still shows attached though it detached, whose reattach deadline is armed
+    again too (due when it first was: its write may have failed with the presence). A
+    record that says "attached here" with no connection is the reconciliation's
+    (:func:`recover_locked`). Nothing to repair: nothing is logged. Raises
+    :class:`StoreUnavailableError` while the store still refuses.
+    """
+    store = session.store
+    node_id = session.coordinator.id
+    logged = logged_roster(decode_log(await store.read(session.id)))
+    changes = []
+    for participant_id, participant in session.participants.items():
+        seen = logged.get(participant_id)
+        if seen is None or seen.state != "attached":
+            changes.append(presence_change(participant.record, "attached"))
+    now_ms = int(time.time() * 1000)
+    for record in await store.list_participants(session.id):
+        if record.attached or record.node_id != node_id:
+            continue
+        if record.participant_id in session.participants:
+            continue  # attached here again: counted above
+        seen = logged.get(record.participant_id)
+        if seen is not None and seen.state == "attached":
+            armed = session.deps.deadline_for(session.id, record.participant_id)
+            await store.set_deadline(deadline_again(armed, record, now_ms))
+            changes.append(presence_change(record, "detached"))
+    if not await session.log_presence(changes):
+        raise StoreUnavailableError("the store refused the repaired presence")

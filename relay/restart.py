@@ -28,14 +28,13 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final, Protocol
 
-import msgspec
 import structlog
 
 from protocol.errors import StoreError, StoreUnavailableError
 from protocol.finalize import finalize
-from protocol.frames import Presence, PresenceChange
+from protocol.frames import PresenceChange
 
-from .session import presence_change
+from .session import deadline_again, logged_roster, presence_change
 
 if TYPE_CHECKING:
     from protocol.frames import Sender
@@ -86,20 +85,6 @@ async def recover_after_restart(hub: RecoveringHost) -> int:
     return loaded
 
 
-def _logged_roster(decoded: Sequence[Decoded]) -> dict[str, PresenceChange]:
-    """Each participant's last presence change in the log, but those that expired: who the
-    log says is attached or detached (docs/protocol.md §5 item 11: later changes win)."""
-    roster: dict[str, PresenceChange] = {}
-    for frame, _ in decoded:
-        if isinstance(frame, Presence):
-            for change in frame.payload.all_changes():
-                if change.state == "expired":
-                    roster.pop(change.participant_id, None)
-                else:
-                    roster[change.participant_id] = change
-    return roster
-
-
 async def recover_loaded(hub: RecoveringHost, session: Session, decoded: Sequence[Decoded]) -> bool:
     """Recover a session just loaded by the store's sole owner from its log, ``decoded``
     (:func:`~relay.session.decode_log`), or a fork just made; True if it was finalized.
@@ -119,7 +104,7 @@ async def recover_loaded(hub: RecoveringHost, session: Session, decoded: Sequenc
         return False
     store = hub.store
     session_id = session.id
-    logged = _logged_roster(decoded)
+    logged = logged_roster(decoded)
     async with session.lock:
         now_ms = int(time.time() * 1000)
         changes = []
@@ -131,10 +116,7 @@ async def recover_loaded(hub: RecoveringHost, session: Session, decoded: Sequenc
                 # Its deadline again, due when it first was: the write that armed it may have
                 # failed, or an expiry claimed it and lost its session to an unload.
                 armed = hub.deadline_for(session_id, record.participant_id)
-                if record.detached_at_ms is not None:
-                    due_ms = record.detached_at_ms + (armed.due_ms - now_ms)
-                    armed = msgspec.structs.replace(armed, due_ms=due_ms)
-                await store.set_deadline(armed)
+                await store.set_deadline(deadline_again(armed, record, now_ms))
                 if (seen := logged.get(record.participant_id)) and seen.state == "attached":
                     changes.append(presence_change(record, "detached"))
                 continue

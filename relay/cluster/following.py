@@ -23,6 +23,7 @@ import structlog
 
 from protocol.errors import StoreError, StoreUnavailableError
 
+from ..recovery import repair_presence
 from ..session import Session
 from ..store.base import AppendResult, LogEntry
 from .shared import NodeShared, check_cancelled
@@ -188,6 +189,9 @@ class Following:
             # The state may hold frames that were never logged: refold it from scratch.
             self.stale.discard(session.id)
             await session.rebuild()  # delivers what we lack, marks stale again on failure
+            if session.id not in self.stale:
+                # what the store refused of our presence (nobody sends it again)
+                await self._repair_presence(session)
             metrics.stale.set(len(self.stale))
             if session.id in self.stale:
                 raise StoreUnavailableError("the store is unavailable")
@@ -195,6 +199,12 @@ class Following:
         store = self.shared.store
         for entry in await store.read(session.id, after_seq=session.head, before_seq=before):
             await self._apply(session, entry)
+
+    async def _repair_presence(self, session: Session) -> None:
+        try:
+            await repair_presence(session)
+        except StoreError:
+            self.stale.add(session.id)  # refolded and repaired again at the next sync
 
     async def _apply(self, session: Session, entry: LogEntry) -> None:
         if entry.seq <= session.head:

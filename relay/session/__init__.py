@@ -2,7 +2,8 @@
 
 The public API is :class:`Session` (made with the :class:`SessionDeps` it is handed),
 :class:`Participant` (one attached connection), :func:`rebuild_state` (or, of a log decoded
-once with :func:`decode_log`, :func:`state_of`) and :func:`presence_change`; the modules of
+once with :func:`decode_log`, :func:`state_of`), :func:`presence_change`, and for the
+recoveries :func:`logged_roster` and :func:`deadline_again`; the modules of
 this package are its parts (docs/architecture.md).
 """
 
@@ -12,6 +13,7 @@ from .builders import presence_change
 from .core import SessionDeps
 from .participant import Participant
 from .pipeline import Decoded, decode_log, rebuild_state, state_of
+from .roster import deadline_again, logged_roster
 from .session import Session
 
 __all__ = [
@@ -19,7 +21,9 @@ __all__ = [
     "Participant",
     "Session",
     "SessionDeps",
+    "deadline_again",
     "decode_log",
+    "logged_roster",
     "presence_change",
     "rebuild_state",
     "state_of",

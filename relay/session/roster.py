@@ -1,5 +1,6 @@
 """Who is in a session: presence announcements (logged now, or coalesced for a large
-audience) and the removal of a participant whose reattach window ran out.
+audience), the removal of a participant whose reattach window ran out, and what the log says
+about who is attached (:func:`logged_roster`, read by the recoveries that repair it).
 
 Presence (docs/protocol.md "Presence"): with :data:`_COALESCE_AUDIENCE` local participants or
 more, the presence changes of one delivery step go out as one coalesced frame; below it, one
@@ -10,18 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import Final
 
+import msgspec
 import structlog
 
 from protocol.errors import StoreUnavailableError
-from protocol.frames import PresenceChange
+from protocol.frames import Presence, PresenceChange
 
-from ..store.base import ParticipantRecord
+from ..store.base import Deadline, ParticipantRecord
 from . import builders
 from .core import Hooks, SessionCore
+from .pipeline import Decoded
 
-__all__ = ["Roster"]
+__all__ = ["Roster", "deadline_again", "logged_roster"]
 
 log = structlog.get_logger("rawp.session")
 
@@ -32,6 +36,28 @@ _MAX_PRESENCE_WAIT: Final = 1.0  # ... and the most a presence change waits to c
 # (1 / share - 1) times what the session's last one cost, its write round included, times
 # the sessions with a step waiting (they share the node).
 _PRESENCE_SHARE: Final = 0.05
+
+
+def logged_roster(decoded: Sequence[Decoded]) -> dict[str, PresenceChange]:
+    """Each participant's last presence change in the log, but those that expired: who the
+    log says is attached or detached (docs/protocol.md §5 item 11: later changes win)."""
+    roster: dict[str, PresenceChange] = {}
+    for frame, _ in decoded:
+        if isinstance(frame, Presence):
+            for change in frame.payload.all_changes():
+                if change.state == "expired":
+                    roster.pop(change.participant_id, None)
+                else:
+                    roster[change.participant_id] = change
+    return roster
+
+
+def deadline_again(armed: Deadline, record: ParticipantRecord, now_ms: int) -> Deadline:
+    """``armed`` (a deadline made now) moved to when ``record``'s first was due: its window
+    runs from its detach, not from the repair that arms it again."""
+    if record.detached_at_ms is None:
+        return armed
+    return msgspec.structs.replace(armed, due_ms=record.detached_at_ms + (armed.due_ms - now_ms))
 
 
 class Roster:

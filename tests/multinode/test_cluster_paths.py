@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import pytest
 
+from protocol.errors import StoreUnavailableError
 from relay.recovery import recover_locked
 from relay.server import Master
+from relay.store.base import AppendResult, LogEntry, NewEntry
 from tests.e2e.conftest import API_KEY
 from tests.e2e.conftest import test_settings as settings_for
 from tests.e2e.util import http, wait_until
@@ -297,3 +300,75 @@ async def test_frames_judged_before_a_node_is_declared_dead_are_not_logged_under
     await wait_until(lambda: bool(swept) and not session.queued and not session.pipeline.in_flight)
     assert swept
     assert delta["message_id"] not in [e.message_id for e in await b.store.read(s)]
+
+
+def roster_of(log: Sequence[LogEntry]) -> dict[str, str]:
+    """Who the log says is attached or detached: each participant's last presence change."""
+    roster: dict[str, str] = {}
+    for entry in log:
+        if entry.type != "session.presence":
+            continue
+        payload = json.loads(entry.data)["payload"]
+        for change in payload.get("changes") or [payload]:
+            roster[change["participant_id"]] = change["state"]
+    return roster
+
+
+def refuse_presence_once(monkeypatch: pytest.MonkeyPatch, master: Master) -> list[str]:
+    """The store of ``master`` refuses the next append that carries presence (as an outage
+    would); the list it returns names the refused changes' states."""
+    real = master.store.append_nowait
+    refused: list[str] = []
+
+    def flaky(
+        session_id: str, entries: Sequence[NewEntry], **options: Any
+    ) -> asyncio.Future[list[AppendResult]]:
+        presence = [e for e in entries if e.type == "session.presence"]
+        if presence and not refused:
+            frame = json.loads(presence[0].committed(1).data)
+            refused.append(frame["payload"]["state"])
+            failed: asyncio.Future[list[AppendResult]] = asyncio.get_running_loop().create_future()
+            failed.set_exception(StoreUnavailableError("redis unreachable"))
+            return failed
+        return real(session_id, entries, **options)
+
+    monkeypatch.setattr(master.store, "append_nowait", flaky)
+    return refused
+
+
+async def test_a_presence_the_store_refused_is_logged_once_it_answers(
+    nodes: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An edge attaches on B while B's store refuses its presence: B keeps the session, and
+    once the store answers it logs the change, so every participant and the log know the edge
+    is attached (notes §5); likewise its detach, whose deadline still ends it."""
+    a, b = await nodes(2, reattach_window_s=1.0)
+    s = sid()
+    client = await Peer.open(a.ws_url, s, role="client", token=API_KEY, create=True)
+    refused = refuse_presence_once(monkeypatch, b)
+    edge = await Peer.open(b.ws_url, s, role="edge", token=API_KEY)
+    assert refused == ["attached"]
+    got = await client.recv_until(
+        lambda f: (
+            f["type"] == "session.presence"
+            and edge.participant_id
+            in [c["participant_id"] for c in f["payload"].get("changes") or [f["payload"]]]
+        ),
+        timeout=10,
+    )
+    assert got[-1]["payload"]["state"] == "attached"
+    assert roster_of(await b.store.read(s))[edge.participant_id] == "attached"
+
+    refused.clear()
+    monkeypatch.undo()
+    refused = refuse_presence_once(monkeypatch, b)
+    await edge.close()
+    got = await client.recv_until(
+        lambda f: f["type"] == "session.presence" and f["payload"]["state"] == "detached",
+        timeout=10,
+    )
+    assert refused == ["detached"]
+    assert got[-1]["payload"]["participant_id"] == edge.participant_id
+    expired = await client.recv_type("session.presence", timeout=10)
+    assert expired["payload"]["state"] == "expired"
+    assert roster_of(await b.store.read(s))[edge.participant_id] == "expired"
