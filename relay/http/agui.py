@@ -37,7 +37,7 @@ from pydantic import ValidationError
 
 from protocol import codec
 from protocol.agui import AguiEgress, EmittedEvent, encode_sse, input_user_messages, parse_event_id
-from protocol.errors import ProtocolError
+from protocol.errors import ProtocolError, StoreError
 
 from ..auth import Principal
 from ..hub import Hub
@@ -47,7 +47,7 @@ from .access import hub_of, loaded_session, principal_of, visible_header
 from .context import SESSION_PATH, authenticate
 from .events import submit
 from .middleware import HTTP_METRICS, ApiError
-from .sse import STREAMS, EventStream, SessionTail
+from .sse import STREAMS, EventStream, SessionTail, wait_for_news
 
 __all__ = ["add_agui_routes", "agui_run", "agui_tail"]
 
@@ -174,19 +174,23 @@ async def _follow(request: web.Request, stream: _Stream, session: Session) -> No
             if stream.done or listener.entries:
                 continue
             timeout = _USAGE_GRACE_S if stream.egress.holding else interval
-            woke = await _wait(listener.wake, stream.sse.stop, timeout)
-            if woke:
+            woke = await wait_for_news(listener.wake, stream.sse.stop, session, timeout)
+            if listener.wake.is_set() or stream.sse.stop.is_set():
                 continue
-            if stream.egress.holding:
-                await stream.write(stream.egress.flush(stream.last))
-                continue
-            await stream.response.write(b": ping\n\n")
-            if stream.sse.principal.expired:
-                break
+            if not woke:
+                if stream.egress.holding:
+                    await stream.write(stream.egress.flush(stream.last))
+                    continue
+                await stream.response.write(b": ping\n\n")
+                if stream.sse.principal.expired:
+                    break
             if hub.sessions.get(session.id) is not session:
                 # Reloaded (or ended) on this node: follow the new object, from the store.
+                try:
+                    reloaded = await hub.open(session.id)
+                except StoreError:
+                    continue  # the store still fails: tried again at the next ping
                 session.listeners.discard(listener)
-                reloaded = await hub.open(session.id)
                 if reloaded is None or reloaded.terminated:
                     # Purged, or archived (read-only, never changes): the rest, then the end.
                     await _catch_up(stream, session.id, hub)
@@ -196,17 +200,6 @@ async def _follow(request: web.Request, stream: _Stream, session: Session) -> No
                 await _catch_up(stream, session.id, hub)
     finally:
         session.listeners.discard(listener)
-
-
-async def _wait(wake: asyncio.Event, stop: asyncio.Event, timeout: float) -> bool:
-    waiter = asyncio.ensure_future(wake.wait())
-    stopper = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({waiter, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        waiter.cancel()
-        stopper.cancel()
-    return wake.is_set() or stop.is_set()
 
 
 async def _terminated(request: web.Request, session_id: str) -> Session | None:

@@ -30,6 +30,7 @@ from aiohttp import web
 from prometheus_client import Counter
 
 from protocol import codec, names
+from protocol.errors import StoreError
 
 from ..auth import Principal
 from ..session import Session
@@ -45,6 +46,7 @@ __all__ = [
     "end_streams",
     "end_streams_of",
     "stream_events",
+    "wait_for_news",
 ]
 
 _PAGE: Final = 500
@@ -201,25 +203,20 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
                     await _write(stream, entry)
             if stream.done or tail.entries:
                 continue
-            waiter = asyncio.ensure_future(tail.wake.wait())
-            stopper = asyncio.ensure_future(stream.stop.wait())
-            try:
-                await asyncio.wait(
-                    {waiter, stopper}, timeout=interval, return_when=asyncio.FIRST_COMPLETED
-                )
-            finally:
-                waiter.cancel()
-                stopper.cancel()
+            woke = await wait_for_news(tail.wake, stream.stop, session, interval)
             if tail.wake.is_set() or stream.stop.is_set():
                 continue
-            await response.write(b": ping\n\n")
-            if stream.principal.expired:
-                break
-            current = hub.sessions.get(session.id)
-            if current is not session:
+            if not woke:
+                await response.write(b": ping\n\n")
+                if stream.principal.expired:
+                    break
+            if hub.sessions.get(session.id) is not session:
                 # The session was reloaded (or deleted): follow the new object from the store.
+                try:
+                    reloaded = await hub.open(session.id)
+                except StoreError:
+                    continue  # the store still fails: tried again at the next ping
                 session.listeners.discard(tail)
-                reloaded = await hub.open(session.id)
                 if reloaded is None:
                     break
                 session = reloaded
@@ -234,6 +231,25 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
     with contextlib.suppress(ConnectionResetError):
         await response.write_eof()
     return response
+
+
+async def wait_for_news(
+    wake: asyncio.Event, stop: asyncio.Event, session: Session, timeout: float
+) -> bool:
+    """Wait until an entry comes (``wake``), the stream stops, or ``session`` ends on this
+    node — unloaded after a store failure, or terminated: the stream then follows the object
+    loaded afresh at once, not at its next ping (frames logged meanwhile would wait up to the
+    ping interval) — for at most ``timeout`` seconds. False when the time ran out."""
+    events = [wake, stop]
+    if not session.ended.is_set():  # once set, it stays set: waited for once only
+        events.append(session.ended)
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+    return any(event.is_set() for event in events)
 
 
 async def _catch_up(stream: EventStream, session: Session, before: int | None = None) -> None:

@@ -7,6 +7,7 @@ import json
 from typing import Any
 from urllib.parse import urlsplit
 
+from protocol.errors import StoreUnavailableError
 from relay.server import Master
 from tests.e2e.conftest import API_KEY
 from tests.relay.http.conftest import Api, wait_head
@@ -216,4 +217,75 @@ async def test_stream_ends_at_shutdown(api: Api, master: Master) -> None:
     assert stream.status == 200
     await master.stop()
     assert await stream.next_event() is None
+    await stream.close()
+
+
+async def test_a_stream_follows_a_session_reloaded_after_a_store_failure_at_once(
+    make_master: Any, monkeypatch: Any
+) -> None:
+    """A store failure unloads the session (one node, docs/protocol.md §12): the stream
+    follows the session loaded afresh at once, not at its next ping, every frame once."""
+    master = await make_master(heartbeat_interval_s=60.0)  # pings 15 s apart
+    client = await Peer.open(master.ws_url, "s-moved", token=API_KEY, create=True)
+    stream = await RawStream.open(master, "/v1/sessions/s-moved/events/stream", auth())
+    real = master.store.append
+    refused: list[str] = []
+
+    async def refuse_one_presence(session_id: str, entries: Any) -> Any:
+        if not refused and entries[0].type == "session.presence":
+            refused.append(entries[0].message_id)
+            raise StoreUnavailableError("disk full")
+        return await real(session_id, entries)
+
+    monkeypatch.setattr(master.store, "append", refuse_one_presence)
+    await Peer.open(master.ws_url, "s-moved", role="edge", token=API_KEY, expect_welcome=False)
+    assert await client.closed_with() == 1013  # unloaded with its connections
+    assert refused
+    again = await Peer.open(
+        master.ws_url, "s-moved", token=API_KEY, participant_id=client.participant_id
+    )
+    sent = await again.send("agent.state", {"state": "thinking"})
+    seen: list[dict[str, Any]] = []
+    while not seen or json.loads(seen[-1]["data"])["message_id"] != sent["message_id"]:
+        event = await stream.next_event(timeout=5.0)  # the ping would come after 15
+        assert event is not None
+        seen.append(event)
+    ids = [int(e["id"]) for e in seen]
+    assert ids == list(range(ids[0], ids[0] + len(ids)))  # in order, none twice
+    await stream.close()
+
+
+async def test_the_agui_tail_follows_a_session_reloaded_after_a_store_failure_at_once(
+    make_master: Any, monkeypatch: Any
+) -> None:
+    """The AG-UI tail, too: a turn the client starts on the reloaded session reaches it at
+    once, not at the tail's next ping."""
+    master = await make_master(heartbeat_interval_s=60.0)
+    client = await Peer.open(master.ws_url, "s-moved-agui", token=API_KEY, create=True)
+    stream = await RawStream.open(master, "/v1/sessions/s-moved-agui/ag-ui", auth())
+    assert stream.status == 200
+    first = await stream.next_event()
+    assert first is not None
+    real = master.store.append
+    refused: list[str] = []
+
+    async def refuse_one_presence(session_id: str, entries: Any) -> Any:
+        if not refused and entries[0].type == "session.presence":
+            refused.append(entries[0].message_id)
+            raise StoreUnavailableError("disk full")
+        return await real(session_id, entries)
+
+    monkeypatch.setattr(master.store, "append", refuse_one_presence)
+    await Peer.open(master.ws_url, "s-moved-agui", role="edge", token=API_KEY, expect_welcome=False)
+    assert await client.closed_with() == 1013
+    again = await Peer.open(
+        master.ws_url, "s-moved-agui", token=API_KEY, participant_id=client.participant_id
+    )
+    await again.send("session.turn.start", {"turn_id": new_turn_id(), "turn_index": 0})
+    await again.send("agent.text.delta", {"block_id": "b1", "delta": "after the reload"})
+    types: list[str] = []
+    while "TEXT_MESSAGE_CONTENT" not in types:
+        event = await stream.next_event(timeout=5.0)  # the ping would come after 15
+        assert event is not None
+        types.append(json.loads(event["data"])["type"])
     await stream.close()
