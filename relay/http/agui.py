@@ -37,7 +37,7 @@ from pydantic import ValidationError
 
 from protocol import codec
 from protocol.agui import AguiEgress, EmittedEvent, encode_sse, input_user_messages, parse_event_id
-from protocol.errors import ProtocolError, StoreError
+from protocol.errors import ProtocolError
 
 from ..auth import Principal
 from ..hub import Hub
@@ -47,7 +47,7 @@ from .access import hub_of, loaded_session, principal_of, visible_header
 from .context import SESSION_PATH, authenticate
 from .events import submit
 from .middleware import HTTP_METRICS, ApiError
-from .sse import STREAMS, EventStream, SessionTail, wait_for_news
+from .sse import STREAMS, EventStream, SessionTail, reloaded, wait_for_news
 
 __all__ = ["add_agui_routes", "agui_run", "agui_tail"]
 
@@ -184,18 +184,15 @@ async def _follow(request: web.Request, stream: _Stream, session: Session) -> No
                 await stream.response.write(b": ping\n\n")
                 if stream.sse.principal.expired:
                     break
-            if hub.sessions.get(session.id) is not session:
+            current = await reloaded(hub, session)
+            if current is not session:
                 # Reloaded (or ended) on this node: follow the new object, from the store.
-                try:
-                    reloaded = await hub.open(session.id)
-                except StoreError:
-                    continue  # the store still fails: tried again at the next ping
                 session.listeners.discard(listener)
-                if reloaded is None or reloaded.terminated:
+                if current is None or current.terminated:
                     # Purged, or archived (read-only, never changes): the rest, then the end.
                     await _catch_up(stream, session.id, hub)
                     break
-                session = reloaded
+                session = current
                 session.listeners.add(listener)
                 await _catch_up(stream, session.id, hub)
     finally:

@@ -33,6 +33,7 @@ from protocol import codec, names
 from protocol.errors import StoreError
 
 from ..auth import Principal
+from ..hub import Hub
 from ..session import Session
 from ..store.base import LogEntry
 from .access import hub_of, int_query, loaded_session, visible_header
@@ -45,6 +46,7 @@ __all__ = [
     "SessionTail",
     "end_streams",
     "end_streams_of",
+    "reloaded",
     "stream_events",
     "wait_for_news",
 ]
@@ -210,16 +212,13 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
                 await response.write(b": ping\n\n")
                 if stream.principal.expired:
                     break
-            if hub.sessions.get(session.id) is not session:
+            current = await reloaded(hub, session)
+            if current is not session:
                 # The session was reloaded (or deleted): follow the new object from the store.
-                try:
-                    reloaded = await hub.open(session.id)
-                except StoreError:
-                    continue  # the store still fails: tried again at the next ping
                 session.listeners.discard(tail)
-                if reloaded is None:
+                if current is None:
                     break
-                session = reloaded
+                session = current
                 session.listeners.add(tail)
                 await _catch_up(stream, session)
     except (ConnectionResetError, asyncio.CancelledError):
@@ -250,6 +249,18 @@ async def wait_for_news(
         for waiter in waiters:
             waiter.cancel()
     return any(event.is_set() for event in events)
+
+
+async def reloaded(hub: Hub, session: Session) -> Session | None:
+    """What a stream of ``session`` follows now: ``session`` while it is the object loaded on
+    this node, or while the store refuses to load it again (tried again at the next
+    heartbeat); else the object loaded afresh from the store, or None once it is gone."""
+    if hub.sessions.get(session.id) is session:
+        return session
+    try:
+        return await hub.open(session.id)
+    except StoreError:
+        return session
 
 
 async def _catch_up(stream: EventStream, session: Session, before: int | None = None) -> None:

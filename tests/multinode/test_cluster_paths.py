@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
-from protocol.errors import StoreUnavailableError
 from relay.recovery import recover_locked
 from relay.server import Master
-from relay.store.base import AppendResult, LogEntry, NewEntry
 from tests.e2e.conftest import API_KEY
 from tests.e2e.conftest import test_settings as settings_for
 from tests.e2e.util import http, wait_until
+from tests.support.presence import refuse_next_presence, roster_of
 from tests.support.redis_server import RedisServer
 from tests.support.wire import Peer, new_turn_id
 
@@ -302,40 +300,6 @@ async def test_frames_judged_before_a_node_is_declared_dead_are_not_logged_under
     assert delta["message_id"] not in [e.message_id for e in await b.store.read(s)]
 
 
-def roster_of(log: Sequence[LogEntry]) -> dict[str, str]:
-    """Who the log says is attached or detached: each participant's last presence change."""
-    roster: dict[str, str] = {}
-    for entry in log:
-        if entry.type != "session.presence":
-            continue
-        payload = json.loads(entry.data)["payload"]
-        for change in payload.get("changes") or [payload]:
-            roster[change["participant_id"]] = change["state"]
-    return roster
-
-
-def refuse_presence_once(monkeypatch: pytest.MonkeyPatch, master: Master) -> list[str]:
-    """The store of ``master`` refuses the next append that carries presence (as an outage
-    would); the list it returns names the refused changes' states."""
-    real = master.store.append_nowait
-    refused: list[str] = []
-
-    def flaky(
-        session_id: str, entries: Sequence[NewEntry], **options: Any
-    ) -> asyncio.Future[list[AppendResult]]:
-        presence = [e for e in entries if e.type == "session.presence"]
-        if presence and not refused:
-            frame = json.loads(presence[0].committed(1).data)
-            refused.append(frame["payload"]["state"])
-            failed: asyncio.Future[list[AppendResult]] = asyncio.get_running_loop().create_future()
-            failed.set_exception(StoreUnavailableError("redis unreachable"))
-            return failed
-        return real(session_id, entries, **options)
-
-    monkeypatch.setattr(master.store, "append_nowait", flaky)
-    return refused
-
-
 async def test_a_presence_the_store_refused_is_logged_once_it_answers(
     nodes: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -345,7 +309,7 @@ async def test_a_presence_the_store_refused_is_logged_once_it_answers(
     a, b = await nodes(2, reattach_window_s=1.0)
     s = sid()
     client = await Peer.open(a.ws_url, s, role="client", token=API_KEY, create=True)
-    refused = refuse_presence_once(monkeypatch, b)
+    refused = refuse_next_presence(monkeypatch, b.store)
     edge = await Peer.open(b.ws_url, s, role="edge", token=API_KEY)
     assert refused == ["attached"]
     got = await client.recv_until(
@@ -361,7 +325,7 @@ async def test_a_presence_the_store_refused_is_logged_once_it_answers(
 
     refused.clear()
     monkeypatch.undo()
-    refused = refuse_presence_once(monkeypatch, b)
+    refused = refuse_next_presence(monkeypatch, b.store)
     await edge.close()
     got = await client.recv_until(
         lambda f: f["type"] == "session.presence" and f["payload"]["state"] == "detached",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from relay.store.base import AppendResult, NewEntry
 from tests.e2e.conftest import API_KEY
 from tests.e2e.conftest import test_settings as settings_for
 from tests.e2e.util import http
+from tests.support.presence import roster_of
 from tests.support.wire import Peer, envelope, new_turn_id
 
 __all__: list[str] = []
@@ -364,18 +364,6 @@ def _refuse_the_next_expiry(monkeypatch: pytest.MonkeyPatch, store: Any) -> list
     return refused
 
 
-def _roster(entries: Sequence[Any]) -> dict[str, str]:
-    """Who is attached by the log alone: its presence frames folded from seq 1."""
-    roster: dict[str, str] = {}
-    for entry in entries:
-        if entry.type != "session.presence":
-            continue
-        payload = json.loads(entry.data)["payload"]
-        for change in payload.get("changes") or [payload]:
-            roster[change["participant_id"]] = change["state"]
-    return roster
-
-
 def _last_seq(peer: Peer) -> int:
     return max((f["seq"] for f in peer.received if "seq" in f), default=0)
 
@@ -416,9 +404,9 @@ async def test_a_detach_the_store_cannot_record_reloads_the_session_and_recovers
         entries = await kept.read(sid)
         assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
         async with asyncio.timeout(5):
-            while _roster(await kept.read(sid)).get(edge.participant_id) != "expired":
+            while roster_of(await kept.read(sid)).get(edge.participant_id) != "expired":
                 await asyncio.sleep(0.05)
-        assert _roster(await kept.read(sid)) == {
+        assert roster_of(await kept.read(sid)) == {
             client.participant_id: "attached",
             watcher.participant_id: "attached",
             edge.participant_id: "expired",
@@ -448,7 +436,7 @@ async def test_a_takeover_the_store_cannot_record_leaves_no_participant_attached
             master.ws_url, sid, token=API_KEY, participant_id=client.participant_id
         )
         async with asyncio.timeout(5):
-            while _roster(await store.read(sid)).get(edge.participant_id) != "expired":
+            while roster_of(await store.read(sid)).get(edge.participant_id) != "expired":
                 await asyncio.sleep(0.05)
         record = await store.get_participant(sid, edge.participant_id)
         assert record is None  # expired: its record is gone
@@ -470,12 +458,12 @@ async def test_an_expiry_the_log_cannot_take_is_logged_when_the_session_is_loade
         assert await client.closed_with() == CloseCode.TRY_AGAIN_LATER
         assert refused
         assert await store.get_participant(sid, edge.participant_id) is None
-        assert _roster(await store.read(sid))[edge.participant_id] == "detached"
+        assert roster_of(await store.read(sid))[edge.participant_id] == "detached"
 
         client = await Peer.open(
             master.ws_url, sid, token=API_KEY, participant_id=client.participant_id
         )
-        assert _roster(await store.read(sid)) == {
+        assert roster_of(await store.read(sid)) == {
             client.participant_id: "attached",
             edge.participant_id: "expired",
         }
@@ -502,7 +490,7 @@ async def test_a_new_client_whose_predecessor_cannot_be_expired_is_closed_and_re
         session = master.hub.sessions[sid]
         assert session.client_id == new.participant_id
         assert list(session.participants) == [new.participant_id]
-        roster = _roster(await store.read(sid))
+        roster = roster_of(await store.read(sid))
         assert roster[old.participant_id] == "expired"
         assert roster[new.participant_id] == "attached"
         await new.close()
@@ -522,7 +510,7 @@ async def test_a_detached_participant_whose_deadline_was_lost_expires_after_a_re
             master.ws_url, sid, token=API_KEY, participant_id=client.participant_id
         )
         async with asyncio.timeout(5):
-            while _roster(await master.store.read(sid)).get(edge.participant_id) != "expired":
+            while roster_of(await master.store.read(sid)).get(edge.participant_id) != "expired":
                 await asyncio.sleep(0.05)
         assert await master.store.get_participant(sid, edge.participant_id) is None
         await client.close()
@@ -554,7 +542,7 @@ async def test_a_load_whose_recovery_the_store_refuses_stays_readable_and_recove
         )
         assert client.welcome["payload"]["resumed"] is True
         assert not master.hub.sessions[sid].needs_recovery
-        assert _roster(await master.store.read(sid)) == {
+        assert roster_of(await master.store.read(sid)) == {
             client.participant_id: "attached",
             edge.participant_id: "detached",
         }

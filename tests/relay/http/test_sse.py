@@ -7,10 +7,10 @@ import json
 from typing import Any
 from urllib.parse import urlsplit
 
-from protocol.errors import StoreUnavailableError
 from relay.server import Master
 from tests.e2e.conftest import API_KEY
 from tests.relay.http.conftest import Api, wait_head
+from tests.support.presence import refuse_next_presence
 from tests.support.wire import Peer, new_turn_id
 
 
@@ -228,19 +228,10 @@ async def test_a_stream_follows_a_session_reloaded_after_a_store_failure_at_once
     master = await make_master(heartbeat_interval_s=60.0)  # pings 15 s apart
     client = await Peer.open(master.ws_url, "s-moved", token=API_KEY, create=True)
     stream = await RawStream.open(master, "/v1/sessions/s-moved/events/stream", auth())
-    real = master.store.append
-    refused: list[str] = []
-
-    async def refuse_one_presence(session_id: str, entries: Any) -> Any:
-        if not refused and entries[0].type == "session.presence":
-            refused.append(entries[0].message_id)
-            raise StoreUnavailableError("disk full")
-        return await real(session_id, entries)
-
-    monkeypatch.setattr(master.store, "append", refuse_one_presence)
+    refused = refuse_next_presence(monkeypatch, master.store)
     await Peer.open(master.ws_url, "s-moved", role="edge", token=API_KEY, expect_welcome=False)
     assert await client.closed_with() == 1013  # unloaded with its connections
-    assert refused
+    assert refused == ["attached"]
     again = await Peer.open(
         master.ws_url, "s-moved", token=API_KEY, participant_id=client.participant_id
     )
@@ -266,18 +257,10 @@ async def test_the_agui_tail_follows_a_session_reloaded_after_a_store_failure_at
     assert stream.status == 200
     first = await stream.next_event()
     assert first is not None
-    real = master.store.append
-    refused: list[str] = []
-
-    async def refuse_one_presence(session_id: str, entries: Any) -> Any:
-        if not refused and entries[0].type == "session.presence":
-            refused.append(entries[0].message_id)
-            raise StoreUnavailableError("disk full")
-        return await real(session_id, entries)
-
-    monkeypatch.setattr(master.store, "append", refuse_one_presence)
+    refused = refuse_next_presence(monkeypatch, master.store)
     await Peer.open(master.ws_url, "s-moved-agui", role="edge", token=API_KEY, expect_welcome=False)
     assert await client.closed_with() == 1013
+    assert refused == ["attached"]
     again = await Peer.open(
         master.ws_url, "s-moved-agui", token=API_KEY, participant_id=client.participant_id
     )
