@@ -7,7 +7,9 @@ node first (relay/cluster/), a node attaching to one of its sessions before that
 node itself when it starts again, runs :func:`recover_locked` for each session N held:
 
 1. N's participants are marked detached, their reattach-window deadlines armed (in the store,
-   so any node expires them) and ``session.presence detached`` is logged and broadcast;
+   so any node expires them) and ``session.presence detached`` is logged and broadcast — also
+   for one that detached on N while the log still shows it attached (N's store refused that
+   presence, or N was lost before it could log it), its deadline armed again;
 2. when the session's client was on N, the §7.8.1 synthetic frames are appended
    (:func:`protocol.finalize.finalize`): every node's edges see them, and a later replay of
    the log shows them. The client's ``welcome.received`` is recomputed from the log, since N
@@ -25,10 +27,12 @@ back (through any node) with its ``session.history``, the existing §7.8.3 path 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from protocol.errors import StoreUnavailableError
 from protocol.finalize import finalize
+from protocol.frames import PresenceChange
 
 from .session import (
     Session,
@@ -83,6 +87,10 @@ async def recover_locked(
     now_ms = int(time.time() * 1000)
     lost_client = False
     changes = []
+    if any(not record.attached and lost(record) for record in records):
+        # a detach whose presence the node could not log before it was lost (or refused)
+        logged = logged_roster(decode_log(await store.read(session.id)))
+        changes += await _unlogged_detaches(session, records, logged, now_ms, lost)
     for record in records:
         if not record.attached or not lost(record):
             continue
@@ -138,16 +146,34 @@ async def repair_presence(session: Session) -> None:
         seen = logged.get(participant_id)
         if seen is None or seen.state != "attached":
             changes.append(presence_change(participant.record, "attached"))
+
+    def ours(record: ParticipantRecord) -> bool:
+        return record.node_id == node_id and record.participant_id not in session.participants
+
+    records = await store.list_participants(session.id)
     now_ms = int(time.time() * 1000)
-    for record in await store.list_participants(session.id):
-        if record.attached or record.node_id != node_id:
+    changes += await _unlogged_detaches(session, records, logged, now_ms, ours)
+    if not await session.log_presence(changes):
+        raise StoreUnavailableError("the store refused the repaired presence")
+
+
+async def _unlogged_detaches(
+    session: Session,
+    records: Sequence[ParticipantRecord],
+    logged: dict[str, PresenceChange],
+    now_ms: int,
+    selected: Callable[[ParticipantRecord], bool],
+) -> list[PresenceChange]:
+    """``detached`` for each ``selected`` record that detached while the log still shows it
+    attached (its presence refused, or its node lost before logging it); its reattach
+    deadline is armed again, due when it first was (its write may have failed too)."""
+    changes = []
+    for record in records:
+        if record.attached or not selected(record):
             continue
-        if record.participant_id in session.participants:
-            continue  # attached here again: counted above
         seen = logged.get(record.participant_id)
         if seen is not None and seen.state == "attached":
             armed = session.deps.deadline_for(session.id, record.participant_id)
-            await store.set_deadline(deadline_again(armed, record, now_ms))
+            await session.store.set_deadline(deadline_again(armed, record, now_ms))
             changes.append(presence_change(record, "detached"))
-    if not await session.log_presence(changes):
-        raise StoreUnavailableError("the store refused the repaired presence")
+    return changes

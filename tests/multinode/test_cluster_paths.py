@@ -336,3 +336,34 @@ async def test_a_presence_the_store_refused_is_logged_once_it_answers(
     expired = await client.recv_type("session.presence", timeout=10)
     assert expired["payload"]["state"] == "expired"
     assert roster_of(await b.store.read(s))[edge.participant_id] == "expired"
+
+
+async def test_a_detach_its_node_could_not_log_is_logged_when_that_node_is_recovered(
+    nodes: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B's edge detaches while B's store refuses every presence, and B is lost before it could
+    log it: recovering B's records logs the detach, so the client on A and the log agree."""
+    a, b = await nodes(2)
+    s = sid()
+    client = await Peer.open(a.ws_url, s, role="client", token=API_KEY, create=True)
+    edge = await Peer.open(b.ws_url, s, role="edge", token=API_KEY)
+    await client.recv_type("session.presence")  # attached
+    refused = refuse_next_presence(monkeypatch, b.store, times=None)
+    await edge.close()
+
+    async def detached() -> bool:
+        record = await a.store.get_participant(s, edge.participant_id)
+        return record is not None and not record.attached
+
+    await wait_until(detached)
+    await wait_until(lambda: bool(refused))
+    assert roster_of(await a.store.read(s))[edge.participant_id] == "attached"
+    session = a.hub.sessions[s]
+    async with session.lock, session.coordinator.guard(session):
+        await recover_locked(session, "N2")  # as a sweep of a lost B does
+    got = await client.recv_type("session.presence", timeout=5)
+    changes = got["payload"].get("changes") or [got["payload"]]
+    assert [(c["participant_id"], c["state"]) for c in changes] == [
+        (edge.participant_id, "detached")
+    ]
+    assert roster_of(await a.store.read(s))[edge.participant_id] == "detached"

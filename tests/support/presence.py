@@ -28,9 +28,12 @@ def roster_of(entries: Sequence[LogEntry]) -> dict[str, str]:
     return roster
 
 
-def refuse_next_presence(monkeypatch: pytest.MonkeyPatch, store: Store) -> list[str]:
-    """``store`` (any kind) refuses the next append that carries a presence frame, as an
-    outage would; the returned list gets the refused frame's state."""
+def refuse_next_presence(
+    monkeypatch: pytest.MonkeyPatch, store: Store, *, times: int | None = 1
+) -> list[str]:
+    """``store`` (any kind) refuses the next ``times`` appends that carry a presence frame
+    (None: every one), as an outage would; the returned list gets each refused frame's
+    state."""
     real = store.append_nowait
     refused: list[str] = []
 
@@ -38,7 +41,7 @@ def refuse_next_presence(monkeypatch: pytest.MonkeyPatch, store: Store) -> list[
         session_id: str, entries: Sequence[NewEntry], **options: Any
     ) -> asyncio.Future[list[AppendResult]]:
         presence = [e for e in entries if e.type == "session.presence"]
-        if presence and not refused:
+        if presence and (times is None or len(refused) < times):
             refused.append(json.loads(presence[0].committed(1).data)["payload"]["state"])
             failed: asyncio.Future[list[AppendResult]] = asyncio.get_running_loop().create_future()
             failed.set_exception(StoreUnavailableError("the store is down for this test"))
