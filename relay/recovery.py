@@ -35,6 +35,7 @@ from protocol.finalize import finalize
 from protocol.frames import PresenceChange
 
 from .session import (
+    Decoded,
     Session,
     deadline_again,
     decode_log,
@@ -123,9 +124,10 @@ async def recover_locked(
     return True
 
 
-async def repair_presence(session: Session) -> None:
+async def repair_presence(session: Session, log: Sequence[Decoded]) -> None:
     """[multinode] Bring the log's presence of this node's own participants to the truth,
-    once the session is refolded after a store write failed here (caller holds the lock).
+    once the session is refolded after a store write failed here (caller holds the lock);
+    ``log``: the one the refold read (:meth:`Session.rebuild`), not read again.
 
     Several nodes keep a session whose store write failed (relay/cluster/following.py), so no
     load repairs it as on one node (relay/restart.py): a presence the store refused would stay
@@ -140,7 +142,7 @@ async def repair_presence(session: Session) -> None:
     """
     store = session.store
     node_id = session.coordinator.id
-    logged = logged_roster(decode_log(await store.read(session.id)))
+    logged = logged_roster(log)
     changes = []
     for participant_id, participant in session.participants.items():
         seen = logged.get(participant_id)

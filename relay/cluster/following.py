@@ -24,7 +24,7 @@ import structlog
 from protocol.errors import StoreError, StoreUnavailableError
 
 from ..recovery import repair_presence
-from ..session import Session
+from ..session import Decoded, Session
 from ..store.base import AppendResult, LogEntry
 from .shared import NodeShared, check_cancelled
 
@@ -188,10 +188,10 @@ class Following:
         if session.id in self.stale:
             # The state may hold frames that were never logged: refold it from scratch.
             self.stale.discard(session.id)
-            await session.rebuild()  # delivers what we lack, marks stale again on failure
-            if session.id not in self.stale:
+            decoded = await session.rebuild()  # delivers what we lack, stale again on failure
+            if decoded is not None and session.id not in self.stale:
                 # what the store refused of our presence (nobody sends it again)
-                await self._repair_presence(session)
+                await self._repair_presence(session, decoded)
             metrics.stale.set(len(self.stale))
             if session.id in self.stale:
                 raise StoreUnavailableError("the store is unavailable")
@@ -200,9 +200,9 @@ class Following:
         for entry in await store.read(session.id, after_seq=session.head, before_seq=before):
             await self._apply(session, entry)
 
-    async def _repair_presence(self, session: Session) -> None:
+    async def _repair_presence(self, session: Session, decoded: Sequence[Decoded]) -> None:
         try:
-            await repair_presence(session)
+            await repair_presence(session, decoded)
         except StoreError:
             self.stale.add(session.id)  # refolded and repaired again at the next sync
 

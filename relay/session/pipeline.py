@@ -508,25 +508,28 @@ class CommitPipeline:
             participant.refused_from = message_id
         participant.send_error(refusal(cause, message_id), ref_message_id=message_id)
 
-    async def rebuild(self) -> None:
+    async def rebuild(self) -> list[Decoded] | None:
         """Refold the state from the log (after a refused or partly duplicate batch, or on
-        another node's say-so); entries past the head are delivered first, in seq order."""
+        another node's say-so); entries past the head are delivered first, in seq order.
+        Returns the log it read, decoded (None when the store could not read it)."""
         core = self.core
         try:
             entries = await core.store.read(core.id)
         except StoreUnavailableError:
             core.coordinator.store_failed(core)
-            return
+            return None
         # Entries past our head (another node's, or ours whose reply was lost) were never
         # delivered here: deliver them, in seq order, rather than skip past them.
         past = [entry for entry in entries if entry.seq > core.head]
         for entry in past:
             core.committed(entry, None)
-        core.state = rebuild_state(entries, core.header.name)
+        decoded = decode_log(entries)
+        core.state = state_of(decoded, core.header.name)
         for entry in past:
             # Another node's (what they do to this node's memory, not the owner's side
             # effects), or ours whose reply was lost: the owner's, ending included.
             await self.effects.apply_entry(entry, owner=self.claim(entry.message_id))
+        return decoded
 
     # --- master-made frames -----------------------------------------------------------------
 

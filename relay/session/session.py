@@ -32,7 +32,7 @@ from .detach import Departures
 from .effects import Effects
 from .history import ClientHistory
 from .participant import Participant
-from .pipeline import CommitPipeline
+from .pipeline import CommitPipeline, Decoded
 from .roster import Roster
 from .termination import Termination
 
@@ -132,9 +132,10 @@ class Session(SessionCore):
         owner = self.pipeline.claim(entry.message_id)
         await self.effects.apply(frame, role, owner=owner, sender_id=entry.sender_id)
 
-    async def rebuild(self) -> None:
-        """Refold the state from the log, delivering first what it holds past the head."""
-        await self.pipeline.rebuild()
+    async def rebuild(self) -> list[Decoded] | None:
+        """Refold the state from the log, delivering first what it holds past the head; the
+        log it read, decoded (None when the store could not read it)."""
+        return await self.pipeline.rebuild()
 
     # --- attach / detach ----------------------------------------------------------------
 
