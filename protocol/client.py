@@ -98,7 +98,9 @@ class RawpClient(ClientLink):
     backlog. ``state_path`` persists the client (see :meth:`save`) and, when the file exists,
     restores it. ``resend_rounds`` bounds the re-sending after ``store_unavailable`` on one
     connection before the client reattaches instead (None: never; 0: no re-sending, the
-    refusals reach the caller; see :mod:`protocol.resends`).
+    refusals reach the caller; see :mod:`protocol.resends`). ``presence=False`` asks for no
+    ``session.presence`` frames (a viewer that shows no roster: docs/protocol.md §5 item 12);
+    ``view.presence`` then says so and ``view.participants`` stays empty.
     """
 
     def __init__(
@@ -126,6 +128,7 @@ class RawpClient(ClientLink):
         rng: random.Random | None = None,
         ssl_context: ssl.SSLContext | None = None,
         resend_rounds: int | None = DEFAULT_RESEND_ROUNDS,
+        presence: bool = True,
     ) -> None:
         if role not in ("client", "edge"):
             raise ValueError(f"role must be 'client' or 'edge', got {role!r}")
@@ -156,6 +159,7 @@ class RawpClient(ClientLink):
             rng=rng,
             ssl_context=ssl_context,
             resend_rounds=resend_rounds,
+            presence=presence,
         )
         if self.state_path is not None and self.state_path.exists():
             self._restore(load_snapshot(self.state_path))

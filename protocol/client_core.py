@@ -132,11 +132,13 @@ class ClientCore(Generic[FutureT]):
         new_future: Callable[[], FutureT],
         backoff: Backoff | None = None,
         resend_rounds: int | None = DEFAULT_RESEND_ROUNDS,
+        presence: bool = True,
     ) -> None:
         self.url = url
         self.session_id = session_id
         self.role: Role = role
         self.buffer_request = buffer_request
+        self.presence = presence  # False: no session.presence frames (docs/protocol.md §5)
         self.participant_id = participant_id
         self.generation = 0
         self.epoch: str | None = None
@@ -238,6 +240,7 @@ class ClientCore(Generic[FutureT]):
                 resume=resume,
                 buffer=self.buffer_request,
                 create=create,
+                presence=self.presence,
             ),
             **self._envelope(),
         )

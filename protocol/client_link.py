@@ -80,6 +80,7 @@ class ClientLink(TypedSends[asyncio.Future[int]]):
         rng: random.Random | None,
         ssl_context: ssl.SSLContext | None,
         resend_rounds: int | None,
+        presence: bool = True,
     ) -> None:
         super().__init__(
             url,
@@ -93,6 +94,7 @@ class ClientLink(TypedSends[asyncio.Future[int]]):
             new_future=_new_commit_future,
             backoff=backoff,
             resend_rounds=resend_rounds,
+            presence=presence,
         )
         self.token = token
         self.create = create

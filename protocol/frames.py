@@ -255,7 +255,11 @@ class CreateSpec(_Payload):
 
 
 class HelloPayload(_Payload):
-    """First frame of every connection."""
+    """First frame of every connection.
+
+    ``presence``: false asks for no ``session.presence`` frames, live or in the backlog; None
+    keeps the participant's previous choice, else true (docs/protocol.md §5 item 12).
+    """
 
     protocol_version: NonEmpty
     role: Role
@@ -264,6 +268,7 @@ class HelloPayload(_Payload):
     resume: Resume | None = None
     buffer: BufferRequest | None = None
     create: CreateSpec | None = None
+    presence: bool | None = None
 
 
 class SessionInfo(Struct, gc=False, kw_only=True):
@@ -284,7 +289,11 @@ class Received(Struct, gc=False, kw_only=True):
 
 
 class WelcomePayload(_Payload):
-    """The master's answer to a valid hello."""
+    """The master's answer to a valid hello.
+
+    ``presence`` is false when this connection receives no ``session.presence`` frames
+    (omitted when it does: docs/protocol.md §5 item 12).
+    """
 
     participant_id: Id
     generation: Count
@@ -295,6 +304,7 @@ class WelcomePayload(_Payload):
     max_frame_bytes: Count
     buffer: BufferGrant
     received: Received | None = None
+    presence: bool = True
 
 
 class AckPayload(_Payload):

@@ -265,8 +265,10 @@ async def follow(
     max_frames: int | None = None,
     timeout: float | None = None,
     write: Callable[[str], None] | None = None,
+    presence: bool = True,
 ) -> int:
-    """Follow ``session_id`` until it is deleted, ``max_frames`` or ``timeout``; exit status."""
+    """Follow ``session_id`` until it is deleted, ``max_frames`` or ``timeout``; exit status.
+    ``presence=False``: print no attaches and detaches (none are sent: docs/protocol.md §5)."""
     from .client import Backoff, RawpClient
 
     out = write or _stdout
@@ -281,6 +283,7 @@ async def follow(
         view=view,
         backoff=Backoff(initial=0.25, maximum=5.0),
         on_status=printer.connection,
+        presence=presence,
     )
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
@@ -355,6 +358,12 @@ def add_tail_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         metavar="SECONDS",
         help="exit after SECONDS (default: no limit)",
     )
+    tail.add_argument(
+        "--no-presence",
+        dest="presence",
+        action="store_false",
+        help="ask the master for no presence (who attached, who left): a quieter tail",
+    )
     tail.set_defaults(handler=_tail)
 
 
@@ -370,6 +379,7 @@ def _tail(args: argparse.Namespace) -> int:
                 from_start=args.from_start,
                 max_frames=args.max_frames,
                 timeout=args.timeout,
+                presence=args.presence,
             )
         )
     except KeyboardInterrupt:

@@ -140,6 +140,9 @@ class SessionView:
         self.skipped_reasons: deque[str] = deque(maxlen=_MAX_REASONS)
         self.notices: list[Notice] = []
         self.participants: dict[str, str] = {}  # participant_id -> attached/detached/expired
+        # False when this connection declined presence (docs/protocol.md §5 item 12): then
+        # ``participants`` says nothing of who is attached
+        self.presence = True
         self._entries: list[tuple[Frame | GenericFrame, SenderRole]] = []
         self._renderer = BlockRenderer()
         self._mark: int | None = None  # index of the first synthetic entry in effect
@@ -194,6 +197,7 @@ class SessionView:
         """Fold a frame the master delivered. Returns True when it changed the view."""
         if isinstance(frame, Welcome):
             self.info = frame.payload.session
+            self.presence = frame.payload.presence
             return False
         if frame.seq is None:
             if isinstance(frame, History):

@@ -337,6 +337,40 @@ async def presence_burst(ctx: Context) -> None:
 
 
 @case(
+    id="notes-5/presence-declined",
+    level="SHOULD",
+    description="a hello with presence false gets no session.presence, live or in its backlog",
+    kill="deliver presence frames to participants that declined them",
+    checks="presence",
+)
+async def presence_declined(ctx: Context) -> None:
+    client = await ctx.client()
+    viewer = await ctx.edge(presence=False)
+    said = viewer.welcome["payload"].get("presence")
+    expect(said is False, f"the welcome of a hello with presence false says presence {said!r}")
+    watcher = await ctx.edge()
+    other = await ctx.edge()
+    pid = other.participant_id
+    await other.close()
+    # the watcher hears the other edge go: its presence frames were sent, to those who take it
+    await watcher.recv_until(
+        lambda f: _change(f, pid).get("state") == "detached", what="presence detached"
+    )
+    live = (await ctx.barrier(client, [viewer]))[0]
+    got = [describe(f) for f in live if f.get("type") == "session.presence"]
+    expect(not got, f"the edge that declined presence was sent {got}")
+    late = await ctx.edge(presence=False, resume={"last_seq": 0})
+    history = await late.recv_type("session.history", what="the backlog from seq 0")
+    inner = history.get("payload", {}).get("frames") or []
+    kinds = [f.get("type") for f in inner if isinstance(f, dict)]
+    expect(
+        "session.presence" not in kinds,
+        f"the backlog of an edge that declined presence holds {kinds.count('session.presence')}"
+        " session.presence frame(s)",
+    )
+
+
+@case(
     id="notes-2/frame-too-big-1009",
     level="MUST",
     description="a message larger than welcome.max_frame_bytes is closed with 1009",

@@ -100,6 +100,8 @@ class ParticipantOut(msgspec.Struct, kw_only=True):
     generation: int
     cursor: int
     detached_at: str | None = None
+    presence: bool = True
+    """False when it declined ``session.presence`` frames (docs/protocol.md §5 item 12)."""
 
 
 class UsageOut(msgspec.Struct, kw_only=True):

@@ -105,6 +105,7 @@ async def describe(hub: Hub, session: Session, header: SessionHeader | None = No
                 generation=r.generation,
                 cursor=r.cursor,
                 detached_at=None if r.attached else ms_to_time(r.detached_at_ms),
+                presence=r.presence,
             )
             for r in records
         ],

@@ -82,6 +82,8 @@ class Attacher:
         record.epoch = core.coordinator.lease_epoch
         record.detached_at_ms = None
         record.buffer = self._grant(p.buffer, record.buffer)
+        if p.presence is not None:  # else the previous hello's choice (§5 item 12)
+            record.presence = p.presence
         if resumed:
             # From the log, not the record: right at once after a takeover on another node.
             record.last_received_message_id = received
@@ -191,7 +193,9 @@ class Attacher:
             if not page:
                 break
             for entry in page:
-                if entry.delivered_to(participant.id, participant.role):
+                if entry.delivered_to(
+                    participant.id, participant.role, presence=participant.record.presence
+                ):
                     buffer.push(entry.data, entry.seq)
             after = page[-1].seq
             page = None

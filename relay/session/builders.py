@@ -149,6 +149,7 @@ def welcome(
             max_frame_bytes=settings.max_frame_bytes,
             buffer=record.buffer,
             received=Received(last_message_id=record.last_received_message_id),
+            presence=record.presence,
         ),
         sender=sender,
         **envelope(header.session_id),

@@ -26,7 +26,7 @@ from protocol.state import SessionState
 from ..config import Settings
 from ..coordination import Coordinator
 from ..metrics import Metrics
-from ..store.base import Deadline, LogEntry, SessionHeader, Store
+from ..store.base import PRESENCE, Deadline, LogEntry, SessionHeader, Store
 from .participant import Participant
 
 __all__ = ["Hooks", "PresenceSteps", "SessionCore", "SessionDeps"]
@@ -195,9 +195,14 @@ class SessionCore:
         inlined from :meth:`LogEntry.delivered_to`); metrics are counted once per batch.
         """
         data, seq, exclude, edges_only = entry.data, entry.seq, entry.exclude, entry.edges_only
+        presence = entry.type == PRESENCE
         sent = 0
         for participant_id, q in self.participants.items():
-            if participant_id == exclude or (edges_only and q.role != "edge"):
+            if (
+                participant_id == exclude
+                or (edges_only and q.role != "edge")
+                or (presence and not q.record.presence)
+            ):
                 continue
             q.outbox.post(data, seq)
             sent += 1

@@ -36,6 +36,7 @@ from protocol.frames import BufferGrant
 
 __all__ = [
     "FORMAT_VERSION",
+    "PRESENCE",
     "AppendResult",
     "Credential",
     "Deadline",
@@ -55,6 +56,7 @@ __all__ = [
 FORMAT_VERSION: Final = 1
 """Version of the stored layout; a header with a larger one is refused (seed 004)."""
 
+PRESENCE: Final = "session.presence"  # the entry type a participant may decline (§5 item 12)
 _SCAN_PAGE: Final = 256
 _SCAN_LIMIT: Final = 4096  # how far back Store.last_received's default looks
 
@@ -176,9 +178,12 @@ class LogEntry(msgspec.Struct, kw_only=True, array_like=True):
     exclude: str | None = None
     edges_only: bool = False
 
-    def delivered_to(self, participant_id: str, role: str) -> bool:
-        """Would live delivery send this entry to that participant (notes §15.4)?"""
+    def delivered_to(self, participant_id: str, role: str, *, presence: bool = True) -> bool:
+        """Would live delivery send this entry to that participant (notes §15.4)?
+        ``presence``: whether the participant takes presence frames (docs/protocol.md §5)."""
         if participant_id == self.exclude:
+            return False
+        if not presence and self.type == PRESENCE:
             return False
         return not (self.edges_only and role != "edge")
 
@@ -199,6 +204,9 @@ class ParticipantRecord(msgspec.Struct, kw_only=True):
     cursor: int = 0
     buffer: BufferGrant | None = None
     last_received_message_id: str | None = None
+    presence: bool = True
+    """Whether its connections receive ``session.presence`` frames (the hello's choice,
+    kept for the next hello that does not say: docs/protocol.md §5 item 12)."""
     attached: bool = False
     node_id: str = ""
     epoch: int = 0

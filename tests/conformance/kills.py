@@ -32,12 +32,14 @@ import relay.revocation
 import relay.server
 import relay.session.attach
 import relay.session.builders
+import relay.session.core
 import relay.session.detach
 import relay.session.effects
 import relay.session.history
 import relay.session.pipeline
 import relay.session.roster
 import relay.session.termination
+import relay.store.base
 import relay.store.memory
 import relay.ws
 from protocol.buffers import BoundedBuffer
@@ -224,6 +226,14 @@ def _coalesced_first_only(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(relay.session.roster, "_MIN_PRESENCE_WAIT", 0.5)
     mp.setattr(relay.session.roster, "_MAX_PRESENCE_WAIT", 0.5)
     _wrap(mp, builders, "presence", lambda orig: lambda sid, changes: orig(sid, changes[:1]))
+
+
+@kill("notes-5/presence-declined")
+def _presence_to_everyone(mp: pytest.MonkeyPatch) -> None:
+    # no entry type is the one a participant may decline: presence reaches everyone, live
+    # (SessionCore.deliver) and in backlogs (LogEntry.delivered_to)
+    mp.setattr(relay.session.core, "PRESENCE", "-")
+    mp.setattr(relay.store.base, "PRESENCE", "-")
 
 
 @kill("notes-2/frame-too-big-1009")

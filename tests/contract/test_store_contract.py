@@ -626,10 +626,13 @@ async def test_fork_refuses_unknown_source_or_existing_target(store: Store) -> N
 
 
 async def test_participants_put_get_list_remove(store: Store) -> None:
-    """Participant records are inserted, replaced, listed and removed per session."""
+    """Participant records are inserted, replaced, listed and removed per session (every
+    field kept: a declined presence, too)."""
     s = await new_session(store)
     client = ParticipantRecord(participant_id="p-c", role="client", attached=True, node_id="n1")
-    edge = ParticipantRecord(participant_id="p-e", role="edge", cursor=7, detached_at_ms=5)
+    edge = ParticipantRecord(
+        participant_id="p-e", role="edge", cursor=7, detached_at_ms=5, presence=False
+    )
     await store.put_participant(s, client)
     await store.put_participant(s, edge)
     assert await store.get_participant(s, "p-e") == edge

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import trustme
 
+from protocol import codec
 from protocol import frames as F
 from protocol.client import (
     Backoff,
@@ -157,3 +158,57 @@ async def test_the_client_speaks_wss_with_a_private_ca(tmp_path: Path) -> None:
             await untrusting.connect(max_attempts=1)
     finally:
         await master.stop()
+
+
+async def _after_welcome(client: RawpClient) -> F.Frame | F.GenericFrame | None:
+    """The next frame received that is not a welcome."""
+    while True:
+        got = await client.receive(timeout=10)
+        if not isinstance(got, F.Welcome):
+            return got
+
+
+async def test_an_edge_declining_presence_sees_the_session_and_no_roster(master: Master) -> None:
+    """presence=False: the welcome says so (``view.presence``), other edges come and go
+    unannounced, the agent's frames arrive, before and after a reattach; ``rawp tail
+    --no-presence`` (``follow(presence=False)``) prints no attaches (docs/protocol.md §5)."""
+    from protocol.tail import follow
+
+    sid = "s-ergo-no-presence"
+    async with (
+        RawpClient(
+            master.ws_url, sid, role="client", token=API_KEY, create=True, backoff=FAST
+        ) as agent,
+        RawpClient(
+            master.ws_url, sid, role="edge", token=API_KEY, backoff=FAST, presence=False
+        ) as viewer,
+    ):
+        assert viewer.view.presence is False
+        async with RawpClient(master.ws_url, sid, role="edge", token=API_KEY, backoff=FAST):
+            pass  # an edge attaches and leaves: two presence frames the viewer declined
+        first = await agent.agent_state("thinking")
+        got = await _after_welcome(viewer)
+        assert got is not None
+        assert got.message_id == first.message_id
+        session = master.hub.sessions[sid]
+        await session.participants[viewer.participant_id or ""].sink.close(1012, "restart")
+        second = await agent.agent_state("idle")
+        got = await _after_welcome(viewer)
+        assert isinstance(got, F.History)  # the backlog: the agent's frame, no presence
+        assert [codec.decode(f).message_id for f in got.payload.frames] == [second.message_id]
+        assert viewer.view.participants == {}
+        printed: list[str] = []
+        status = await follow(
+            sid,
+            ws_url=master.ws_url,
+            token=API_KEY,
+            from_start=True,
+            timeout=1.0,
+            write=printed.append,
+            presence=False,
+        )
+        assert status == 0
+        text = "".join(printed)
+        assert "following session" in text, text
+        assert " attached" not in text, text
+        assert " detached" not in text, text

@@ -13,7 +13,7 @@ from typing import Any
 import relay.session.roster
 from relay.server import Master
 from tests.e2e.conftest import API_KEY
-from tests.e2e.util import logged, wait_until
+from tests.e2e.util import is_presence, logged, wait_until
 from tests.support.wire import Peer
 
 EDGES = 30
@@ -186,4 +186,50 @@ async def test_sessions_bursting_together_each_end_exact_and_the_pacing_settles(
         for r in rs:
             r.task.cancel()
     for p in (*clients, *edges[1::2]):
+        await p.close()
+
+
+async def test_edges_declining_presence_get_none_of_a_burst_and_the_rest_stay_exact(
+    master: Master,
+) -> None:
+    """Thirty edges attach at once, every other one declining presence, then half close:
+    the takers' rosters end exact (coalesced frames included), the decliners get no
+    presence frame at all, live or in their backlogs (docs/protocol.md §5 item 12)."""
+    sid = "s-storm-declining"
+    client = await Peer.open(master.ws_url, sid, token=API_KEY, create=True)
+    edges = await asyncio.gather(
+        *(
+            Peer.open(
+                master.ws_url,
+                sid,
+                role="edge",
+                token=API_KEY,
+                resume={"last_seq": 0},
+                presence=False if i % 2 else None,
+            )
+            for i in range(EDGES)
+        )
+    )
+    declining = edges[1::2]
+    rosters = [Roster(p) for p in (client, *edges[::2])]
+    silent = [Roster(p) for p in declining]
+    await _agree(master, sid, rosters)
+    await asyncio.gather(*(p.close() for p in edges[:10]))
+    await wait_until(lambda: len(_truth(master, sid)) == 1 + EDGES - 10, timeout=30)
+    staying = [r for r in rosters if r.peer not in edges[:10]]
+    await _agree(master, sid, staying)
+    log = await logged(master, sid)
+    assert any(len(f["payload"].get("changes") or []) > 1 for f in log if is_presence(f))
+    sentinel = await client.send("agent.state", {"state": "thinking"})
+    for r in silent:
+        if r.peer in edges[:10]:
+            continue
+        await wait_until(lambda r=r: bool(r.peer.received), timeout=10)
+        await wait_until(lambda r=r: r.peer.received[-1]["message_id"] == sentinel["message_id"])
+        assert not r.states, r.peer.received
+        kinds = [f["type"] for f in r.peer.received]
+        assert kinds == ["connection.welcome", "session.history", "agent.state"]
+    for r in [*rosters, *silent]:
+        r.task.cancel()
+    for p in (client, *edges[10:]):
         await p.close()

@@ -71,6 +71,7 @@ class Peer:
         participant_id: str | None = None,
         resume: dict[str, Any] | None = None,
         buffer: dict[str, Any] | None = None,
+        presence: bool | None = None,
         expect_welcome: bool = True,
         acks: bool = False,
         **connect_args: Any,
@@ -87,6 +88,8 @@ class Peer:
             payload["resume"] = resume
         if buffer is not None:
             payload["buffer"] = buffer
+        if presence is not None:
+            payload["presence"] = presence
         await peer.send_frame(envelope(session_id, "connection.hello", payload))
         if expect_welcome:
             peer.welcome = await peer.recv()

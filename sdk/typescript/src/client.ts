@@ -262,6 +262,11 @@ export interface ClientOptions {
   create?: boolean | string | CreateSpec;
   /** The reattach buffer asked of the master and the bound of the outgoing buffer. */
   buffer?: BufferRequest;
+  /**
+   * false: ask for no session.presence frames, live or in backlogs (a viewer that shows no
+   * roster, docs/protocol.md §5 item 12); `view.presence` then says so. Default true.
+   */
+  presence?: boolean;
   backoff?: BackoffOptions | Backoff;
   /** The WebSocket constructor (default: globalThis.WebSocket; in Node 20 pass `ws`). */
   WebSocket?: WebSocketConstructor;
@@ -687,6 +692,7 @@ export class RawpClient implements AsyncIterable<Delivery> {
       role: this.role,
       token: this.token,
       buffer: this.bufferRequest,
+      presence: this.opts.presence ?? true,
     };
     if (this.participantId !== null) payload.participant_id = this.participantId;
     if (resume !== null) payload.resume = resume;

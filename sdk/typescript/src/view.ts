@@ -428,6 +428,8 @@ export class SessionView {
   notices: Notice[] = [];
   /** participant_id -> attached / detached / expired */
   participants: Record<string, string> = {};
+  /** False when this connection declined presence: `participants` then says nothing. */
+  presence = true;
   private entriesList: Array<[Frame, SenderRole]> = [];
   private renderer = new Renderer();
   private mark: number | null = null;
@@ -467,6 +469,7 @@ export class SessionView {
   receive(frame: Frame): boolean {
     if (isKnown(frame) && frame.type === "connection.welcome") {
       this.info = frame.payload.session;
+      this.presence = frame.payload.presence ?? true;
       return false;
     }
     if (frame.seq === undefined || frame.seq === null) {

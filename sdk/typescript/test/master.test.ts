@@ -217,6 +217,41 @@ describe("against a real master", () => {
     assert.equal((edge.view.blocks.find((b) => b.kind === "turn") as TurnBlock).stop_reason, "end_turn");
   });
 
+  test("an edge with presence false gets no presence, live or in its backlog, while another edge does", async () => {
+    const sid = sessionId();
+    const agent = client({ sessionId: sid, role: "client", create: true });
+    await agent.connect();
+    const { WebSocket, gate } = gatedWebSocket();
+    const viewer = client({ sessionId: sid, role: "edge", WebSocket, presence: false });
+    const watcher = client({ sessionId: sid, role: "edge" });
+    const seen = collect(viewer);
+    const heard = collect(watcher);
+    await viewer.connect();
+    await watcher.connect();
+    assert.equal(viewer.view.presence, false);
+    assert.equal(watcher.view.presence, true);
+    const passer = client({ sessionId: sid, role: "edge" });
+    await passer.connect();
+    await passer.close();
+    await agent.agentState("thinking");
+    await until(() => seen.some((d) => d.frame.type === "agent.state"), "the viewer seeing the agent");
+    await until(() => heard.filter((d) => d.frame.type === "session.presence").length >= 2, "the watcher hearing the passer");
+
+    gate.down = true;
+    viewer.abortConnection();
+    await viewer.waitStatus("reconnecting");
+    const again = client({ sessionId: sid, role: "edge" });
+    await again.connect();
+    await again.close();
+    await agent.agentState("idle");
+    gate.down = false;
+    await viewer.waitStatus("connected");
+    await until(() => seen.filter((d) => d.frame.type === "agent.state").length === 2, "the viewer's backlog");
+    assert.ok(seen.some((d) => d.replayed), "the second agent.state came in the backlog");
+    assert.deepEqual(seen.filter((d) => d.frame.type === "session.presence"), []);
+    assert.deepEqual(viewer.view.participants, {});
+  });
+
   test("an edge's messages made while disconnected are resent one by one; DROP's lost ones reject and leave a notice", async () => {
     const sid = sessionId();
     const agent = client({ sessionId: sid, role: "client", create: true });

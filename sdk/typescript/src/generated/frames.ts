@@ -69,11 +69,15 @@ export interface Metadata {
 }
 /**
  * First frame of every connection.
+ *
+ * ``presence``: false asks for no ``session.presence`` frames, live or in the backlog; None
+ * keeps the participant's previous choice, else true (docs/protocol.md §5 item 12).
  */
 export interface HelloPayload {
   buffer?: BufferRequest | null;
   create?: CreateSpec | null;
   participant_id?: string | null;
+  presence?: boolean | null;
   protocol_version: string;
   resume?: Resume | null;
   role: "client" | "edge";
@@ -144,6 +148,9 @@ export interface Welcome {
 }
 /**
  * The master's answer to a valid hello.
+ *
+ * ``presence`` is false when this connection receives no ``session.presence`` frames
+ * (omitted when it does: docs/protocol.md §5 item 12).
  */
 export interface WelcomePayload {
   buffer: BufferGrant;
@@ -154,6 +161,7 @@ export interface WelcomePayload {
    * An opaque identifier.
    */
   participant_id: string;
+  presence?: boolean;
   reattach_window_ms: number;
   received?: Received | null;
   resumed: boolean;

@@ -884,7 +884,7 @@ export const ANY_FRAME_SCHEMA: unknown = {
       "type": "object"
     },
     "HelloPayload": {
-      "description": "First frame of every connection.",
+      "description": "First frame of every connection.\n\n``presence``: false asks for no ``session.presence`` frames, live or in the backlog; None\nkeeps the participant's previous choice, else true (docs/protocol.md §5 item 12).",
       "properties": {
         "buffer": {
           "anyOf": [
@@ -915,6 +915,17 @@ export const ANY_FRAME_SCHEMA: unknown = {
               "maxLength": 256,
               "minLength": 1,
               "type": "string"
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
+        },
+        "presence": {
+          "anyOf": [
+            {
+              "type": "boolean"
             },
             {
               "type": "null"
@@ -3201,7 +3212,7 @@ export const ANY_FRAME_SCHEMA: unknown = {
       "type": "object"
     },
     "WelcomePayload": {
-      "description": "The master's answer to a valid hello.",
+      "description": "The master's answer to a valid hello.\n\n``presence`` is false when this connection receives no ``session.presence`` frames\n(omitted when it does: docs/protocol.md §5 item 12).",
       "properties": {
         "buffer": {
           "$ref": "#/$defs/BufferGrant"
@@ -3223,6 +3234,10 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "maxLength": 256,
           "minLength": 1,
           "type": "string"
+        },
+        "presence": {
+          "default": true,
+          "type": "boolean"
         },
         "reattach_window_ms": {
           "minimum": 0,
