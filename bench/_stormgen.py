@@ -96,10 +96,14 @@ class Peer:
     §5 item 5), checked when folded. A client only looks at its ``connection.ack`` frames.
     """
 
-    def __init__(self, index: int, session_id: str, *, keep: bool = True) -> None:
+    def __init__(
+        self, index: int, session_id: str, *, keep: bool = True, presence: bool = True
+    ) -> None:
         self.index = index
         self.session_id = session_id
         self.keep = keep
+        self.presence = presence  # False: its hellos decline presence (docs/protocol.md §5)
+        self.presence_frames = 0  # presence frames it received (live or in backlogs)
         self.pid: str | None = None
         self.conn: Conn | None = None
         self.last_seq = 0
@@ -158,6 +162,7 @@ class Peer:
             return
         self.last_seq = seq
         if msg.get("type") == "session.presence":
+            self.presence_frames += 1
             p = msg["payload"]
             for change in p.get("changes") or [p]:
                 self.roster[change["participant_id"]] = change["state"]
@@ -167,6 +172,16 @@ class Peer:
 
 def _ignore(data: bytes) -> None:
     """What an attach-rate edge does with frames after its welcome."""
+
+
+def _edges(cfg: dict[str, Any]) -> list[Peer]:
+    """``eps`` edges per session; with ``watchers`` set, only the first that many of each
+    session take presence (a dashboard, say) and the others decline it (viewers)."""
+    watchers = cfg.get("watchers")
+    return [
+        Peer(i, sid, presence=watchers is None or n < watchers)
+        for i, (sid, n) in enumerate((s, n) for s in cfg["sessions"] for n in range(cfg["eps"]))
+    ]
 
 
 def _url(cfg: dict[str, Any]) -> str:
@@ -220,9 +235,9 @@ async def _attach_edges(
             if resume and attempt:
                 e.fold()  # what the failed attempt received moves the cursor, as live
             t = time.perf_counter()
-            kwargs: dict[str, Any] = {}
+            kwargs: dict[str, Any] = {} if e.presence else {"presence": False}
             if resume:
-                kwargs = {"participant_id": e.pid, "resume": {"last_seq": e.last_seq}}
+                kwargs |= {"participant_id": e.pid, "resume": {"last_seq": e.last_seq}}
                 e.history_in = asyncio.get_running_loop().create_future()
             try:
                 w = await _open(cfg, e, hello(e.session_id, "edge", API_KEY, **kwargs))
@@ -277,9 +292,7 @@ async def role_storm_attach(cfg: dict[str, Any], _commands_obj: Any) -> None:
     queue = _commands_obj.queue
     minimal = bool(cfg.get("minimal"))
     clients = [] if minimal else await _clients(cfg)
-    edges = [
-        Peer(i, sid) for i, sid in enumerate(s for s in cfg["sessions"] for _ in range(cfg["eps"]))
-    ]
+    edges = _edges(cfg)
     for peer in edges + clients:
         peer.on_message = _ignore  # type: ignore[method-assign]  # count attaches, parse nothing
     _emit("ready")
@@ -304,9 +317,7 @@ async def role_storm(cfg: dict[str, Any], _commands_obj: Any) -> None:
     queue = _commands_obj.queue
     clients = await _clients(cfg)
     streams = {c.session_id: AgentStream(c.session_id, seed=i) for i, c in enumerate(clients)}
-    edges = [
-        Peer(i, sid) for i, sid in enumerate(s for s in cfg["sessions"] for _ in range(cfg["eps"]))
-    ]
+    edges = _edges(cfg)
     await _attach_edges(cfg, edges, 200, resume=False)
 
     async def send(n: int) -> None:
@@ -351,6 +362,8 @@ async def role_storm(cfg: dict[str, Any], _commands_obj: Any) -> None:
         by_session.setdefault(e.session_id, []).append(e)
 
     def roster_ok(e: Peer) -> bool:
+        if not e.presence:  # declined: exact is no presence frame at all
+            return e.presence_frames == 0
         return all(
             e.roster.get(o.pid or "") == "attached" for o in by_session[e.session_id] if o is not e
         )

@@ -226,8 +226,9 @@ def hello(
     buffer: dict[str, Any] | None = None,
     create: bool = False,
     version: str = "1.0.2",
+    presence: bool | None = None,
 ) -> bytes:
-    """A ``connection.hello`` envelope."""
+    """A ``connection.hello`` envelope (``presence`` False: declined, docs/protocol.md §5)."""
     payload: dict[str, Any] = {"protocol_version": version, "role": role, "token": token}
     if participant_id:
         payload["participant_id"] = participant_id
@@ -237,6 +238,8 @@ def hello(
         payload["buffer"] = buffer
     if create:
         payload["create"] = {"name": "bench"}
+    if presence is not None:
+        payload["presence"] = presence
     return _enc.encode(
         {
             "type": "connection.hello",

@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from ._procs import start_baseline, start_master
 from ._report import environment, figure, figures_table, markdown_footer, now_iso, table
-from .storm import RATE_WINDOW_S, alternating_rounds, other_loop, rate_master_flags
+from .storm import RATE_WINDOW_S, Contender, alternating_rounds, other_loop, rate_master_flags
 
 __all__ = ["DESCRIPTION", "NAME", "markdown", "run"]
 
@@ -40,12 +40,11 @@ async def _measure(loop: str, rounds: int) -> list[dict[str, Any]]:
     """Per audience: each server's median rate and CPU per attach over alternating rounds."""
     flags = rate_master_flags()
     servers = {
-        "master": (await start_master(flags, control=True, loop=loop), False),
-        "no_presence": (
-            await start_master(flags, control=True, loop=loop, no_presence=True),
-            False,
+        "master": Contender(await start_master(flags, control=True, loop=loop), False),
+        "no_presence": Contender(
+            await start_master(flags, control=True, loop=loop, no_presence=True), False
         ),
-        "minimal": (await start_baseline(loop=loop), True),
+        "minimal": Contender(await start_baseline(loop=loop), True),
     }
     try:
         rows = []
@@ -60,8 +59,8 @@ async def _measure(loop: str, rounds: int) -> list[dict[str, Any]]:
             rows.append(row)
         return rows
     finally:
-        for server, _ in servers.values():
-            await server.stop()
+        for contender in servers.values():
+            await contender.proc.stop()
 
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:

@@ -13,7 +13,9 @@ hello with a welcome, nothing else) beside it in the same run, and load generato
    closes, detaches and expiries done: this master's reattach window is 1 s), after one
    untimed warm-up round per server; the medians are quoted. Then the same rounds on the
    other event loop (asyncio beside uvloop, which ``--loop auto`` picks as ``rawp serve``
-   does): the two servers do not gain or lose alike.
+   does): the two servers do not gain or lose alike. The master is measured twice per
+   round: its edges taking presence (the default), and as *viewers* whose hellos decline it
+   (docs/protocol.md §5 item 12; the sessions' clients still take it).
    Aim: ≥ 0.8× the minimal server's.
 2. Storm: 1 session × 1,000 edges, then 100 sessions × 100 edges (``--quick``: 10 × 100).
    Every edge attaches, receives 20 client frames live, then every edge's TCP connection is
@@ -24,6 +26,8 @@ hello with a welcome, nothing else) beside it in the same run, and load generato
    ``session.history`` in. Exact accounting: every edge holds its session's 40 client frames,
    in order, each once, ``lost_frame_count`` 0; its presence roster (live + histories,
    coalesced or not) shows every other edge of its session attached. Aim: within 3 s.
+   Both storms again with viewers: one edge per session (its watcher) takes presence and
+   must end with the exact roster, every other edge declines it and must receive none.
    The master's RSS is sampled every 50 ms during the storm (peak quoted), the generator's
    CPU time beside the master's (the two share the machine's cores).
 3. Minimal server, the same storms: as many edges connecting at once (the same handshakes in
@@ -47,7 +51,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from ._instructions import CountedWindow, callgrind_wrapper
 from ._plot import series_by_x
@@ -67,6 +71,7 @@ __all__ = [
     "DESCRIPTION",
     "NAME",
     "RATE_WINDOW_S",
+    "Contender",
     "alternating_rounds",
     "attach_rate",
     "markdown",
@@ -96,6 +101,15 @@ COUNTED_EDGES: Final = 500
 COUNTED_WARMUP_EDGES: Final = 100
 
 
+class Contender(NamedTuple):
+    """A server the attach rates are measured on; ``watchers``: how many edges of each
+    session take presence, the others declining it (None: all take it, the default)."""
+
+    proc: Proc
+    minimal: bool
+    watchers: int | None = None
+
+
 async def attach_rate(
     server: Proc,
     eps: int,
@@ -103,9 +117,12 @@ async def attach_rate(
     minimal: bool,
     concurrency: int = 100,
     window: contextlib.AbstractAsyncContextManager[Any] | None = None,
+    watchers: int | None = None,
 ) -> tuple[float, float]:
     """(attaches/s, server CPU ms per attach) for ``total`` edges in sessions of ``eps``;
-    ``window``: entered around the timed part only (the sessions' clients attach before it)."""
+    ``window``: entered around the timed part only (the sessions' clients attach before it);
+    ``watchers``: only that many edges of each session take presence (docs/protocol.md §5
+    item 12: the others decline it)."""
     sessions = [f"s-att-{time.monotonic_ns()}-{i}" for i in range(max(1, total // eps))]
     cfg = {
         "host": server.host,
@@ -114,6 +131,7 @@ async def attach_rate(
         "eps": eps,
         "minimal": minimal,
         "concurrency": concurrency,
+        "watchers": watchers,
     }
     if minimal:
         cfg["path"] = "/"
@@ -143,31 +161,37 @@ def rate_master_flags(store: str = "memory") -> list[str]:
 
 
 async def alternating_rounds(
-    servers: dict[str, tuple[Proc, bool]], total: int, rounds: int
+    servers: dict[str, Contender], total: int, rounds: int
 ) -> dict[int, dict[str, list[tuple[float, float]]]]:
     """Per audience, each server's ``rounds`` (attaches/s, CPU ms per attach): one untimed
     warm-up round per server, then rounds alternating between the servers (so all see the
-    same machine), each once every server is idle after the last round's expiries.
-    ``servers``: name → (process, is the minimal server)."""
-    for server, minimal in servers.values():
-        await attach_rate(server, 1, WARMUP_EDGES, minimal)  # untimed: first paths
-    procs = [server for server, _ in servers.values()]
+    same machine), each once every server is idle after the last round's expiries. Two
+    contenders may be one process (the master with and without viewers declining presence)."""
+    procs = list({id(c.proc): c.proc for c in servers.values()}.values())
+    for c in servers.values():
+        await attach_rate(c.proc, 1, WARMUP_EDGES, c.minimal, watchers=c.watchers)  # untimed
     got: dict[int, dict[str, list[tuple[float, float]]]] = {}
     for eps in AUDIENCES:
         got[eps] = {name: [] for name in servers}
         for _ in range(rounds):
-            for name, (server, minimal) in servers.items():
+            for name, c in servers.items():
                 await quiet(*procs, after_s=RATE_WINDOW_S + 0.5)
-                got[eps][name].append(await attach_rate(server, eps, total, minimal))
+                rate = await attach_rate(c.proc, eps, total, c.minimal, watchers=c.watchers)
+                got[eps][name].append(rate)
     return got
 
 
 async def _rates(master: Proc, baseline: Proc, total: int, rounds: int) -> list[dict[str, Any]]:
-    """Attach rate by audience: ``rounds`` alternating rounds each, after a warm-up."""
-    servers = {"master": (master, False), "minimal": (baseline, True)}
+    """Attach rate by audience: ``rounds`` alternating rounds each, after a warm-up; the
+    master twice, its edges taking presence and declining it (viewers)."""
+    servers = {
+        "master": Contender(master, False),
+        "viewers": Contender(master, False, watchers=0),
+        "minimal": Contender(baseline, True),
+    }
     rates: list[dict[str, Any]] = []
     for eps, got in (await alternating_rounds(servers, total, rounds)).items():
-        rounds_m, rounds_b = got["master"], got["minimal"]
+        rounds_m, rounds_b, rounds_v = got["master"], got["minimal"], got["viewers"]
         rate = {
             "edges_per_session": eps,
             "master": round(statistics.median(r for r, _ in rounds_m)),
@@ -177,27 +201,39 @@ async def _rates(master: Proc, baseline: Proc, total: int, rounds: int) -> list[
             "rounds": rounds,
             "master_rounds": [round(r) for r, _ in rounds_m],
             "minimal_rounds": [round(r) for r, _ in rounds_b],
+            "viewers": round(statistics.median(r for r, _ in rounds_v)),
+            "viewers_cpu_ms": round(statistics.median(c for _, c in rounds_v), 3),
+            "viewers_rounds": [round(r) for r, _ in rounds_v],
         }
         rate["ratio"] = round(rate["master"] / rate["minimal"], 2) if rate["minimal"] else 0.0
+        rate["viewers_ratio"] = (
+            round(rate["viewers"] / rate["minimal"], 2) if rate["minimal"] else 0.0
+        )
         rate["cpu_ratio"] = round(rate["minimal_cpu_ms"] / max(rate["master_cpu_ms"], 1e-9), 2)
         rates.append(rate)
     return rates
 
 
 def _rate_figures(rates: list[dict[str, Any]], suffix: str) -> list[dict[str, Any]]:
-    return [
-        figure(
-            f"attach rate, sessions of {r['edges_per_session']:,} edges{suffix}",
-            r["master"],
-            "attaches/s",
-            baseline=r["minimal"],
-            baseline_label="minimal websockets server",
-            aim=f"≥ {AIM_RATIO}×",
-            met=r["ratio"] >= AIM_RATIO,
-            note=f"{r['ratio']:.2f}×",
-        )
-        for r in rates
-    ]
+    figures = []
+    for r in rates:
+        for key, who in (("master", ""), ("viewers", ", viewers declining presence")):
+            if key not in r:
+                continue
+            ratio = r["ratio" if key == "master" else "viewers_ratio"]
+            figures.append(
+                figure(
+                    f"attach rate, sessions of {r['edges_per_session']:,} edges{who}{suffix}",
+                    r[key],
+                    "attaches/s",
+                    baseline=r["minimal"],
+                    baseline_label="minimal websockets server",
+                    aim=f"≥ {AIM_RATIO}×",
+                    met=ratio >= AIM_RATIO,
+                    note=f"{ratio:.2f}×",
+                )
+            )
+    return figures
 
 
 def other_loop(loop: str) -> str | None:
@@ -248,7 +284,11 @@ async def _instruction_counts(
     rows: list[dict[str, Any]] = []
     for eps in audiences:
         row: dict[str, Any] = {"edges_per_session": eps, "edges": COUNTED_EDGES}
-        for name, minimal in (("master", False), ("minimal", True)):
+        for name, minimal, watchers in (
+            ("master", False, None),
+            ("viewers", False, 0),
+            ("minimal", True, None),
+        ):
             if minimal:
                 server = await start_baseline(loop=loop, wrapper=wrapper)
             else:
@@ -264,18 +304,28 @@ async def _instruction_counts(
                     # depends on how much the idle seconds before it allocated (a middle
                     # collection in or out of it moved the master's count by 7 %).
                     await server.command("gc", timeout=120.0)
-                await attach_rate(server, eps, COUNTED_EDGES, minimal, window=window)
+                await attach_rate(
+                    server, eps, COUNTED_EDGES, minimal, window=window, watchers=watchers
+                )
             finally:
                 await server.stop(timeout=60)
             row[name] = round(window.instructions / COUNTED_EDGES / 1000, 1)  # k per attach
         row["ratio"] = round(row["minimal"] / row["master"], 2)
+        row["viewers_ratio"] = round(row["minimal"] / row["viewers"], 2)
         rows.append(row)
     return rows
 
 
 async def _storm(
-    master: Any, sessions: int, eps: int, workdir: Path, profile: bool
+    master: Any,
+    sessions: int,
+    eps: int,
+    workdir: Path,
+    profile: bool,
+    watchers: int | None = None,
 ) -> dict[str, Any]:
+    """One storm; ``watchers``: only that many edges of each session take presence, the
+    others (viewers) decline it."""
     sids = [f"s-storm-{time.monotonic_ns()}-{i}" for i in range(sessions)]
     cfg = {
         "host": master.host,
@@ -286,6 +336,7 @@ async def _storm(
         "frames_during": 20,
         "max_seconds": 400,
         "storm_in_flight": STORM_IN_FLIGHT,
+        "watchers": watchers,
     }
     w = await start_worker("storm", cfg)
     peak = master.rss_kib()
@@ -295,7 +346,7 @@ async def _storm(
         await w.send(cmd="drop")
         await w.expect("dropped", timeout=120)
         sampler = None
-        if profile and pyspy_path() is not None:
+        if profile and pyspy_path() is not None and watchers is None:
             out = workdir / f"storm-{sessions}x{eps}.txt"
             sampler = asyncio.get_running_loop().create_task(pyspy_record(master.pid, 3.0, out))
         cpu0, gen0 = master.cpu_seconds(), cpu_seconds(w.pid)
@@ -321,6 +372,7 @@ async def _storm(
         "sessions": sessions,
         "edges_per_session": eps,
         "edges": sessions * eps,
+        "watchers": watchers,
         "seconds": round(got["seconds"], 3),
         "reattach_ms": {k: round(v, 1) for k, v in got["ms"].items()},
         "reconnect_failures": got["failures"],
@@ -364,10 +416,18 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
             )
             try:
                 profile = not getattr(args, "no_profile", False)
-                for sessions, eps in ((1, 1000), (10 if quick else 100, 100)):
-                    storm = await _storm(master, sessions, eps, workdir, profile)
-                    storm["minimal"] = await _minimal_storm(baseline, sessions, eps)
-                    storms.append(storm)
+                minimal_of: dict[tuple[int, int], dict[str, Any]] = {}
+                shapes = ((1, 1000), (10 if quick else 100, 100))
+                # every edge taking presence, then viewers: one watcher per session takes it
+                for watchers in (None, 1):
+                    for sessions, eps in shapes:
+                        storm = await _storm(master, sessions, eps, workdir, profile, watchers)
+                        if (sessions, eps) not in minimal_of:
+                            minimal_of[sessions, eps] = await _minimal_storm(
+                                baseline, sessions, eps
+                            )
+                        storm["minimal"] = minimal_of[sessions, eps]
+                        storms.append(storm)
             finally:
                 await master.stop()
         finally:
@@ -392,9 +452,10 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     for s in storms:
         exact = s["exact_edges"] == s["edges"] and s["presence_exact_edges"] == s["edges"]
         minimal = s.get("minimal") or {}
+        who = ", viewers declining presence" if s.get("watchers") is not None else ""
         figures.append(
             figure(
-                f"storm {s['sessions']:,} × {s['edges_per_session']:,} edges: all reattached",
+                f"storm {s['sessions']:,} × {s['edges_per_session']:,} edges{who}: all reattached",
                 s["seconds"],
                 "s",
                 baseline=minimal.get("seconds"),
@@ -438,6 +499,10 @@ def plot(result: dict[str, Any], directory: Path) -> dict[str, str]:
         series[f"master ({result['store']} store, {loop} loop)"] = [
             [r["edges_per_session"], r["master"]] for r in rates
         ]
+        if all("viewers" in r for r in rates):
+            series[f"master, viewers declining presence ({loop} loop)"] = [
+                [r["edges_per_session"], r["viewers"]] for r in rates
+            ]
         series[f"minimal websockets server ({loop} loop)"] = [
             [r["edges_per_session"], r["minimal"]] for r in rates
         ]
@@ -461,34 +526,40 @@ def _rates_table(rates: list[dict[str, Any]]) -> str:
         [
             "edges per session",
             "master attaches/s",
+            "viewers declining presence",
             "minimal server attaches/s",
-            "ratio",
-            "CPU ms per attach: master / minimal",
+            "ratio: master / viewers",
+            "CPU ms per attach: master / viewers / minimal",
             "× per CPU-s",
-            "rounds: master / minimal attaches/s",
+            "rounds: master / viewers / minimal attaches/s",
         ],
         [
             [
                 f"{x['edges_per_session']:,}",
                 x["master"],
+                x.get("viewers", "–"),
                 x["minimal"],
-                f"{x['ratio']}×",
-                f"{x.get('master_cpu_ms', '–')} / {x.get('minimal_cpu_ms', '–')}",
+                f"{x['ratio']}× / {x.get('viewers_ratio', '–')}×",
+                f"{x.get('master_cpu_ms', '–')} / {x.get('viewers_cpu_ms', '–')} / "
+                f"{x.get('minimal_cpu_ms', '–')}",
                 f"{x['cpu_ratio']}×" if "cpu_ratio" in x else "–",
                 _rounds_cell(x),
             ]
             for x in rates
         ],
-        "rrrrrrl",
+        "rrrrrrrl",
     )
 
 
 def _rounds_cell(rate: dict[str, Any]) -> str:
     if "master_rounds" not in rate:
         return "–"
-    master = ", ".join(f"{x:,}" for x in rate["master_rounds"])
-    minimal = ", ".join(f"{x:,}" for x in rate["minimal_rounds"])
-    return f"{master} / {minimal}"
+    cells = [
+        ", ".join(f"{x:,}" for x in rate[key])
+        for key in ("master_rounds", "viewers_rounds", "minimal_rounds")
+        if key in rate
+    ]
+    return " / ".join(cells)
 
 
 def _minimal_cell(minimal: dict[str, Any] | None) -> str:
@@ -507,7 +578,7 @@ def _bound_notes(storms: list[dict[str, Any]]) -> list[str]:
         "this WebSocket library, generator and machine. *Generator CPU* is the load "
         "generator's during the master's storm (it shares the two cores with the master). "
         "*Received* is what all the edges received during the storm (backlogs and live "
-        "presence: every edge of a session learns every change of its session).",
+        "presence: every edge that takes presence learns every change of its session).",
         "",
     ]
     for s in storms:
@@ -536,9 +607,21 @@ def _instructions_notes(rows: list[dict[str, Any]]) -> list[str]:
         "loopback network) is not counted.",
         "",
         table(
-            ["edges per session", "master k instructions", "minimal server k", "ratio"],
             [
-                [f"{x['edges_per_session']:,}", x["master"], x["minimal"], f"{x['ratio']}×"]
+                "edges per session",
+                "master k instructions",
+                "viewers declining presence k",
+                "minimal server k",
+                "ratio: master / viewers",
+            ],
+            [
+                [
+                    f"{x['edges_per_session']:,}",
+                    x["master"],
+                    x.get("viewers", "–"),
+                    x["minimal"],
+                    f"{x['ratio']}× / {x.get('viewers_ratio', '–')}×",
+                ]
                 for x in rows
             ],
         ),
@@ -573,6 +656,7 @@ def markdown(result: dict[str, Any]) -> str:
         table(
             [
                 "storm",
+                "presence",
                 "all back (s)",
                 "reattach p50 / p99 ms",
                 "exact",
@@ -588,6 +672,7 @@ def markdown(result: dict[str, Any]) -> str:
             [
                 [
                     f"{s['sessions']:,} × {s['edges_per_session']:,}",
+                    "every edge" if s.get("watchers") is None else "1 watcher, viewers decline",
                     s["seconds"],
                     f"{s['reattach_ms']['p50']} / {s['reattach_ms']['p99']}",
                     f"{s['exact_edges']:,}/{s['edges']:,}",
@@ -602,13 +687,17 @@ def markdown(result: dict[str, Any]) -> str:
                 ]
                 for s in r["storms"]
             ],
-            "lrrrrrrrrrrr",
+            "llrrrrrrrrrrr",
         ),
         *_bound_notes(r["storms"]),
         "Presence is coalesced (docs/protocol.md §5 item 11): the changes of one delivery step "
         "go out as one `session.presence` with `changes`, so a storm of N reattaches costs a "
-        "handful of presence frames to N recipients instead of N × N. Figures measured on a "
-        "shared 2-core machine, generator and master on the same cores.",
+        "handful of presence frames to N recipients instead of N × N. *Viewers declining "
+        "presence* (§5 item 12): every edge's hello says `presence: false` (in the storms, all "
+        "but one watcher per session, which takes presence and must end with the exact "
+        "roster; a viewer is *presence exact* when it received no presence frame at all); "
+        "presence is still logged and sent to the client and the watchers. Figures measured "
+        "on a shared 2-core machine, generator and master on the same cores.",
         "",
     ]
     for s in r["storms"]:
