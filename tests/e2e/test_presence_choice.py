@@ -7,7 +7,7 @@ from typing import Any
 
 from relay.server import Master
 from tests.e2e.conftest import API_KEY
-from tests.e2e.util import detached
+from tests.e2e.util import detached, hello, hello_close_code
 from tests.support.wire import Peer
 
 
@@ -123,3 +123,13 @@ async def test_declined_presence_takes_nothing_of_the_reattach_buffer(master: Ma
     assert lost[True] > 0
     for peer in (*backs, client):
         await peer.close()
+
+
+async def test_a_presence_that_is_not_a_boolean_is_a_malformed_hello(master: Master) -> None:
+    """``presence: "no"`` (or 0) closes 4400, like any malformed hello; nothing attaches."""
+    client = await Peer.open(master.ws_url, "s-decline-bad", token=API_KEY, create=True)
+    for bad in ("no", 0):
+        message = hello("s-decline-bad", role="edge", presence=bad)
+        assert await hello_close_code(master, message) == 4400
+    assert list(master.hub.sessions["s-decline-bad"].participants) == [client.participant_id]
+    await client.close()
