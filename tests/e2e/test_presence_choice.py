@@ -3,11 +3,17 @@ backlog, nothing of its buffer spent on it, the choice kept across reattaches.""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conformance.cases.buffers import simulate
 from relay.server import Master
 from tests.e2e.conftest import API_KEY
 from tests.e2e.util import detached, hello, hello_close_code
+from tests.support.clients import start_master, wait_until
 from tests.support.wire import Peer
 
 
@@ -133,3 +139,60 @@ async def test_a_presence_that_is_not_a_boolean_is_a_malformed_hello(master: Mas
         assert await hello_close_code(master, message) == 4400
     assert list(master.hub.sessions["s-decline-bad"].participants) == [client.participant_id]
     await client.close()
+
+
+async def _declined_backlog(steps: list[str], policy: str, capacity: int) -> None:
+    master = await start_master()
+    sid = "s-decline-property"
+    try:
+        client = await Peer.open(master.ws_url, sid, token=API_KEY, create=True, max_queue=None)
+        grant = {"policy": policy, "capacity_bytes": capacity}
+        viewer = await Peer.open(
+            master.ws_url, sid, role="edge", token=API_KEY, presence=False, buffer=grant
+        )
+        pid, cursor = viewer.participant_id, viewer.welcome["payload"]["session"]["head_seq"]
+        await viewer.close()
+        await detached(master, sid, viewer)
+        sent = 0
+        for step in steps:
+            if step == "edge":
+                await _come_and_go(master, sid, 1)
+            else:
+                await client.send("agent.state", {"state": "thinking"})
+                sent += 1
+
+        async def all_logged() -> bool:
+            return sum(e.type == "agent.state" for e in await master.store.read(sid)) == sent
+
+        await wait_until(all_logged, what="the client's frames logged")
+        # What it is owed, from the log: every entry after its cursor meant for it, presence
+        # aside; the policy's rule over their sizes as delivered (notes §15.4).
+        log = [e for e in await master.store.read(sid) if e.seq > cursor]
+        owed = [e for e in log if e.type != "session.presence" and e.delivered_to(pid, "edge")]
+        expected = simulate(policy, [len(e.data) for e in owed], capacity)
+        back = await Peer.open(master.ws_url, sid, role="edge", token=API_KEY, participant_id=pid)
+        history = (await back.recv())["payload"]
+        assert [f["seq"] for f in history["frames"]] == [owed[i].seq for i in expected.kept]
+        assert history["buffer_status"]["lost_frame_count"] == expected.lost
+        for peer in (back, client):
+            await peer.close()
+    finally:
+        await master.stop()
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    steps=st.lists(st.sampled_from(["edge", "frame"]), min_size=1, max_size=10),
+    policy=st.sampled_from(["RING", "DROP"]),
+    capacity=st.integers(150, 2500),
+)
+def test_a_declined_backlog_is_the_policy_over_the_frames_it_is_owed(
+    steps: list[str], policy: str, capacity: int
+) -> None:
+    """Whatever mix of presence and client frames a declining edge missed, its backlog is
+    exactly what its RING or DROP buffer keeps of the non-presence frames (Hypothesis)."""
+    asyncio.run(_declined_backlog(steps, policy, capacity))
