@@ -42,7 +42,7 @@ from .session import (
     logged_roster,
     presence_change,
 )
-from .store.base import ParticipantRecord
+from .store.base import PRESENCE, ParticipantRecord
 
 if TYPE_CHECKING:
     from prometheus_client import Counter
@@ -89,8 +89,10 @@ async def recover_locked(
     lost_client = False
     changes = []
     if any(not record.attached and lost(record) for record in records):
-        # a detach whose presence the node could not log before it was lost (or refused)
-        logged = logged_roster(decode_log(await store.read(session.id)))
+        # a detach whose presence the node could not log before it was lost (or refused);
+        # only the log's presence frames are decoded: nothing else says who is attached
+        presence = [e for e in await store.read(session.id) if e.type == PRESENCE]
+        logged = logged_roster(decode_log(presence))
         changes += await _unlogged_detaches(session, records, logged, now_ms, lost)
     for record in records:
         if not record.attached or not lost(record):
