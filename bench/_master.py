@@ -9,7 +9,8 @@ with what benchmarks need around it:
   ``dump SESSION PATH`` (the session log's metadata as JSON lines: seq, type, sender_role,
   exclude, edges_only, message_id), ``gc`` (collect, answer RSS), ``stats`` (sessions,
   participants, slow consumers), ``snapshot NAME`` / ``diff A B TOP`` (with
-  ``--tracemalloc``: Python allocations grown between two snapshots, by file:line), ``stop``;
+  ``--tracemalloc``: Python allocations grown between two snapshots, by file:line),
+  ``profile start`` / ``profile stop PATH`` (cProfile a window, stats written to PATH), ``stop``;
   stdin closing stops the master too;
 * ``--max-seconds N`` — stop by itself after N seconds whatever happens;
 * ``--experiment-no-presence`` — log no presence at all (attaches, detaches, expiries): not
@@ -40,6 +41,7 @@ from relay.server import Master
 from ._procs import raise_nofile, rss_kib
 
 _SNAPSHOTS: dict[str, Any] = {}
+_WINDOW_PROFILE: list[cProfile.Profile] = []  # the ``profile start`` window, while one is open
 
 
 async def _control(master: Master, stop: asyncio.Event) -> None:
@@ -109,6 +111,15 @@ async def _command(master: Master, words: list[str], stop: asyncio.Event) -> dic
             for s in stats[:top]
         ]
         return {"ok": "diff", "total_bytes": total, "top": rows}
+    if words[0] == "profile" and words[1] == "start" and not _WINDOW_PROFILE:
+        _WINDOW_PROFILE.append(cProfile.Profile())
+        _WINDOW_PROFILE[0].enable()
+        return {"ok": "profile"}
+    if words[0] == "profile" and words[1] == "stop" and _WINDOW_PROFILE:
+        profiler = _WINDOW_PROFILE.pop()
+        profiler.disable()
+        profiler.dump_stats(words[2])
+        return {"ok": "profile", "path": words[2]}
     if words[0] == "stop":
         stop.set()
         return {"ok": "stop"}

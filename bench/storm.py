@@ -569,6 +569,10 @@ def _minimal_cell(minimal: dict[str, Any] | None) -> str:
     return f"{minimal['seconds']} / {minimal['cpu_s']}"
 
 
+def _storm_who(storm: dict[str, Any]) -> str:
+    return "every edge taking presence" if storm.get("watchers") is None else "viewers declining"
+
+
 def _bound_notes(storms: list[dict[str, Any]]) -> list[str]:
     """What the storm aim means on this machine: the minimal server's time is its floor."""
     lines = [
@@ -582,16 +586,22 @@ def _bound_notes(storms: list[dict[str, Any]]) -> list[str]:
         "presence: every edge that takes presence learns every change of its session).",
         "",
     ]
-    for s in storms:
-        minimal = s.get("minimal") or {}
+    shapes: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for s in storms:  # one note per shape, whichever edges take presence
+        shapes.setdefault((s["sessions"], s["edges_per_session"]), []).append(s)
+    for (sessions, eps), alike in shapes.items():
+        minimal = alike[0].get("minimal") or {}
         if minimal.get("seconds", 0) > AIM_STORM_S:
+            ratios = "; ".join(
+                f"{_storm_who(s)} {s['seconds'] / minimal['seconds']:.2f}×" for s in alike
+            )
             lines += [
                 f"**Bound:** the minimal server itself needs {minimal['seconds']} s "
-                f"({minimal['cpu_s']} CPU-s) for {s['edges']:,} edges connecting at once on "
+                f"({minimal['cpu_s']} CPU-s) for {sessions * eps:,} edges connecting at once on "
                 f"this machine, more than the {AIM_STORM_S:.0f} s aim: the "
-                f"{s['sessions']:,} × {s['edges_per_session']:,} storm cannot meet it here "
+                f"{sessions:,} × {eps:,} storm cannot meet it here "
                 "whatever the master does; the ratio to the minimal server is the figure "
-                f"to read ({s['seconds'] / minimal['seconds']:.2f}× its time).",
+                f"to read ({ratios} its time).",
                 "",
             ]
     return lines
