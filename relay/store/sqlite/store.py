@@ -2,19 +2,18 @@
 
 The facade the hub uses (the :class:`~relay.store.base.Store` interface); the parts are beside
 it: the layout (schema.py) and its statements, opening the file (opening.py), the writer thread
-(writer.py), an append (appending.py) and the rows (rows.py). Writes are queued to the one
-writer and group-committed; ``append_nowait(after=)`` queues at once behind the write it names.
-Reads run on their own connections in a small thread pool (WAL readers never wait for the
-writer), so the event loop never touches the disk.
+(writer.py), the reader threads (reader.py), an append (appending.py) and the rows (rows.py).
+Writes are queued to the one writer and group-committed; ``append_nowait(after=)`` queues at
+once behind the write it names. Reads are queued to two reader threads with connections of
+their own (WAL readers never wait for the writer), answered a batch at a time, so the event
+loop never touches the disk.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import os
 import sqlite3
-import threading
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -36,6 +35,7 @@ from ..base import (
 )
 from .appending import append_entries
 from .opening import FileLock, open_connection, open_writer
+from .reader import Readers
 from .rows import (
     decode_credential,
     decode_participant,
@@ -77,7 +77,7 @@ from .statements import (
     SEQ_OF_MESSAGE,
     SET_DEADLINE,
 )
-from .writer import Write, Writer, unavailable
+from .writer import Write, Writer
 
 __all__ = ["SqliteStore"]
 
@@ -96,10 +96,7 @@ class SqliteStore(Store):
         self._retention = retention
         self._lock = FileLock(self.path)
         self._writer: Writer | None = None
-        self._readers: concurrent.futures.ThreadPoolExecutor | None = None
-        self._reader_local = threading.local()
-        self._reader_connections: list[sqlite3.Connection] = []
-        self._reader_guard = threading.Lock()
+        self._readers: Readers | None = None
         self._writes: weakref.WeakKeyDictionary[asyncio.Future[Any], Write[Any]] = (
             weakref.WeakKeyDictionary()
         )
@@ -127,9 +124,7 @@ class SqliteStore(Store):
             raise
         self._writer = Writer(writer, path)
         self._writer.start()
-        self._readers = concurrent.futures.ThreadPoolExecutor(
-            _READERS, thread_name_prefix="rawp-sqlite-reader"
-        )
+        self._readers = Readers(path, lambda: open_connection(path, read_only=True), count=_READERS)
 
     async def close(self) -> None:
         writer, self._writer = self._writer, None
@@ -138,11 +133,7 @@ class SqliteStore(Store):
             await asyncio.to_thread(writer.join)
         readers, self._readers = self._readers, None
         if readers is not None:
-            readers.shutdown(wait=True)
-        with self._reader_guard:
-            for connection in self._reader_connections:
-                connection.close()
-            self._reader_connections.clear()
+            await asyncio.to_thread(readers.close)  # each thread closes its connection
         self._lock.release()
 
     async def ping(self) -> bool:
@@ -184,27 +175,11 @@ class SqliteStore(Store):
         writer.jobs.put(write)
         return future
 
-    def _reader(self) -> sqlite3.Connection:
-        connection: sqlite3.Connection | None = getattr(self._reader_local, "db", None)
-        if connection is None:
-            connection = open_connection(self.path, read_only=True)
-            self._reader_local.db = connection
-            with self._reader_guard:
-                self._reader_connections.append(connection)
-        return connection
-
     async def _read(self, query: Callable[[sqlite3.Connection], T]) -> T:
         readers = self._readers
         if readers is None:
             raise StoreUnavailableError(f"sqlite store {self.path} is closed")
-
-        def run() -> T:
-            try:
-                return query(self._reader())
-            except sqlite3.Error as exc:
-                raise unavailable(self.path, exc) from None
-
-        return await asyncio.get_running_loop().run_in_executor(readers, run)
+        return await readers.read(query)
 
     # --- sessions --------------------------------------------------------------------------
 
