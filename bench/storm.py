@@ -28,6 +28,8 @@ hello with a welcome, nothing else) beside it in the same run, and load generato
    coalesced or not) shows every other edge of its session attached. Aim: within 3 s.
    Both storms again with viewers: one edge per session (its watcher) takes presence and
    must end with the exact roster, every other edge declines it and must receive none.
+   Both storms once more on the SQLite store ``rawp serve`` starts on (every edge taking
+   presence; with ``--store memory``, the default here).
    Each storm runs on a fresh master, whose RSS is sampled every 50 ms during the storm
    (peak quoted); the generator's
    CPU time beside the master's (the two share the machine's cores).
@@ -431,6 +433,23 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
                         minimal_of[sessions, eps] = await _minimal_storm(baseline, sessions, eps)
                     storm["minimal"] = minimal_of[sessions, eps]
                     storms.append(storm)
+            if store == "memory":
+                # The same storms on the store `rawp serve` starts on (a SQLite file): what
+                # its reads and durable writes add to a reattach (every edge takes presence).
+                for sessions, eps in shapes:
+                    log_name = f"master-{sessions}x{eps}-sqlite.log"
+                    db = f"sqlite:{workdir / f'storm-{sessions}x{eps}.db'}"
+                    master = await start_master(
+                        storm_master_flags(db), control=True, loop=loop,
+                        stderr_path=workdir / log_name,
+                    )  # fmt: skip
+                    try:
+                        storm = await _storm(master, sessions, eps, workdir, False)
+                    finally:
+                        await master.stop()
+                    storm["store"] = "sqlite"
+                    storm["minimal"] = minimal_of[sessions, eps]
+                    storms.append(storm)
         finally:
             await baseline.stop()
         other = other_loop(loop)
@@ -454,6 +473,8 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         exact = s["exact_edges"] == s["edges"] and s["presence_exact_edges"] == s["edges"]
         minimal = s.get("minimal") or {}
         who = ", viewers declining presence" if s.get("watchers") is not None else ""
+        if s.get("store") == "sqlite":
+            who += ", SQLite store (rawp serve's default)"
         figures.append(
             figure(
                 f"storm {s['sessions']:,} × {s['edges_per_session']:,} edges{who}: all reattached",
@@ -570,7 +591,8 @@ def _minimal_cell(minimal: dict[str, Any] | None) -> str:
 
 
 def _storm_who(storm: dict[str, Any]) -> str:
-    return "every edge taking presence" if storm.get("watchers") is None else "viewers declining"
+    who = "every edge taking presence" if storm.get("watchers") is None else "viewers declining"
+    return who + (" (SQLite)" if storm.get("store") == "sqlite" else "")
 
 
 def _bound_notes(storms: list[dict[str, Any]]) -> list[str]:
@@ -667,6 +689,7 @@ def markdown(result: dict[str, Any]) -> str:
         table(
             [
                 "storm",
+                "store",
                 "presence",
                 "all back (s)",
                 "reattach p50 / p99 ms",
@@ -683,6 +706,7 @@ def markdown(result: dict[str, Any]) -> str:
             [
                 [
                     f"{s['sessions']:,} × {s['edges_per_session']:,}",
+                    s.get("store", r["store"]),
                     "every edge" if s.get("watchers") is None else "1 watcher, viewers decline",
                     s["seconds"],
                     f"{s['reattach_ms']['p50']} / {s['reattach_ms']['p99']}",
@@ -698,7 +722,7 @@ def markdown(result: dict[str, Any]) -> str:
                 ]
                 for s in r["storms"]
             ],
-            "llrrrrrrrrrrr",
+            "lllrrrrrrrrrrr",
         ),
         *_bound_notes(r["storms"]),
         "Presence is coalesced (docs/protocol.md §5 item 11): the changes of one delivery step "
