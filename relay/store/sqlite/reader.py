@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Generic, TypeVar
 
-from .writer import unavailable
+from .writer import settle_batch, take_batch, unavailable
 
 __all__ = ["Read", "Readers"]
 
@@ -43,17 +43,6 @@ class Read(Generic[T]):
     loop: asyncio.AbstractEventLoop
     result: Any = None
     error: BaseException | None = field(default=None)
-
-
-def _settle_all(reads: list[Read[Any]]) -> None:
-    """On the event loop: complete the reads' futures (unless their callers gave up)."""
-    for read in reads:
-        if read.future.done():
-            continue
-        if read.error is not None:
-            read.future.set_exception(read.error)
-        else:
-            read.future.set_result(read.result)
 
 
 class Readers:
@@ -90,26 +79,16 @@ class Readers:
         connection: sqlite3.Connection | None = None
         try:
             while True:
-                first = self._jobs.get()
-                if first is None:
+                # a stop (one per thread) comes after the reads queued before it
+                batch, stopping = take_batch(self._jobs, _MAX_BATCH)
+                if not batch:
                     return
-                batch = [first]
-                stopping = False
-                while len(batch) < _MAX_BATCH:
-                    try:
-                        more = self._jobs.get_nowait()
-                    except queue.Empty:
-                        break
-                    if more is None:
-                        stopping = True  # this thread's stop: after the reads before it
-                        break
-                    batch.append(more)
                 if connection is None:
                     connection = self._open(batch)
                 if connection is not None:
                     for read in batch:
                         self._answer(connection, read)
-                self._settle(batch)
+                settle_batch(batch)
                 if stopping:
                     return
         finally:
@@ -133,15 +112,3 @@ class Readers:
             read.error = unavailable(self.path, exc)
         except Exception as exc:  # the read's own answer, as a thread pool would give it
             read.error = exc
-
-    @staticmethod
-    def _settle(batch: list[Read[Any]]) -> None:
-        by_loop: dict[asyncio.AbstractEventLoop, list[Read[Any]]] = {}
-        for read in batch:
-            by_loop.setdefault(read.loop, []).append(read)
-        for loop, reads in by_loop.items():
-            # one wake-up per loop and batch; a loop that closed meanwhile has nobody waiting
-            try:
-                loop.call_soon_threadsafe(_settle_all, reads)
-            except RuntimeError:
-                pass
