@@ -64,8 +64,8 @@ class Departures:
             try:
                 if not await coordinator.detaching(core, participant):
                     return  # [multinode] taken over on another node, or swept: not ours
-                await store.put_participant(core.id, record)
-                await store.set_deadline(core.deps.deadline_for(core.id, record.participant_id))
+                deadline = core.deps.deadline_for(core.id, record.participant_id)
+                await store.put_detached(core.id, record, deadline)  # one write, one fsync
                 await self.roster.announce(record, "detached")
                 if core.terminated:
                     return  # its presence was refused: unloaded, the reload finalizes

@@ -699,6 +699,19 @@ async def test_put_attached_stores_the_record_and_disarms_its_deadline(store: St
     assert await store.claim_due_deadlines(10_000) == [other]
 
 
+async def test_put_detached_stores_the_record_and_arms_its_deadline(store: Store) -> None:
+    """put_detached: the record is stored and that participant's deadline armed (moved)."""
+    s = await new_session(store)
+    await store.set_deadline(Deadline(session_id=s, participant_id="p-1", due_ms=900))
+    record = ParticipantRecord(
+        participant_id="p-1", role="edge", attached=False, generation=2, detached_at_ms=50
+    )
+    armed = Deadline(session_id=s, participant_id="p-1", due_ms=100)
+    await store.put_detached(s, record, armed)
+    assert await store.get_participant(s, "p-1") == record
+    assert await store.claim_due_deadlines(200) == [armed]
+
+
 async def test_set_deadline_moves_it(store: Store) -> None:
     """Setting a participant's deadline again replaces the earlier one."""
     s = await new_session(store)

@@ -381,7 +381,7 @@ async def test_a_detach_the_store_cannot_record_reloads_the_session_and_recovers
         watcher = await Peer.open(master.ws_url, sid, role="edge", token=API_KEY)
         await client.recv_type("session.presence")  # the watcher's
         kept = master.store
-        _refuse_once(monkeypatch, kept, "put_participant")
+        _refuse_once(monkeypatch, kept, "put_detached")
         await edge.close()
         assert await client.closed_with() == CloseCode.TRY_AGAIN_LATER
         assert await watcher.closed_with() == CloseCode.TRY_AGAIN_LATER

@@ -383,6 +383,20 @@ class SqliteStore(Store):
 
         await self._write(apply)
 
+    async def put_detached(
+        self, session_id: str, record: ParticipantRecord, deadline: Deadline
+    ) -> None:
+        """Both statements in one write: one transaction, one fsync (Store.put_detached)."""
+        packed = encode_record(record)
+        args = (session_id, record.participant_id, int(record.attached), packed, session_id)
+        armed = (deadline.session_id, deadline.participant_id, deadline.due_ms)
+
+        def apply(db: sqlite3.Connection) -> None:
+            db.execute(PUT_PARTICIPANT, args)
+            db.execute(SET_DEADLINE, armed)
+
+        await self._write(apply)
+
     async def claim_due_deadlines(self, now_ms: int, limit: int = 100) -> list[Deadline]:
         if limit <= 0:
             return []
