@@ -5,9 +5,9 @@ read-only connection of its own (WAL: readers never wait for the writer). A thre
 every read queued by the time it wakes and answers the whole batch with one
 ``call_soon_threadsafe``, as the writer settles its group commits: in a reconnect storm the
 attaches' reads queue together and cost a few thread wake-ups, not several each. With a
-thread pool each read was a submit, a worker wake-up and a loop wake-up of its own; on the
-100 sessions × 100 edges storm, a third of the master's CPU went to those context switches
-(``make bench ARGS="storm --store sqlite"``, bench/results/storm-profile.md).
+thread pool each read was a submit, a worker wake-up and a loop wake-up of its own; on a
+30 sessions × 100 edges storm, 29 % of the master's samples were those context switches
+(bench/results/storm-profile.md, round 10; ``make bench ARGS=storm`` runs the SQLite storms).
 
 A read that fails inside SQLite fails alone with
 :class:`~protocol.errors.StoreUnavailableError` naming the file; any other exception of a
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Generic, TypeVar
 
-from .writer import settle_batch, take_batch, unavailable
+from .jobs import settle_batch, take_batch, unavailable
 
 __all__ = ["Read", "Readers"]
 
@@ -51,7 +51,7 @@ class Readers:
     def __init__(
         self, path: Path, connect: Callable[[], sqlite3.Connection], *, count: int
     ) -> None:
-        self.path = path
+        self._path = path
         self._connect = connect
         self._jobs: queue.SimpleQueue[Read[Any] | None] = queue.SimpleQueue()
         self._threads = [
@@ -102,13 +102,13 @@ class Readers:
             return self._connect()
         except sqlite3.Error as exc:
             for read in batch:
-                read.error = unavailable(self.path, exc)
+                read.error = unavailable(self._path, exc)
             return None
 
     def _answer(self, connection: sqlite3.Connection, read: Read[Any]) -> None:
         try:
             read.result = read.query(connection)
         except sqlite3.Error as exc:
-            read.error = unavailable(self.path, exc)
+            read.error = unavailable(self._path, exc)
         except Exception as exc:  # the read's own answer, as a thread pool would give it
             read.error = exc

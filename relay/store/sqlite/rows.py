@@ -7,15 +7,17 @@ from typing import Any, Final
 
 import msgspec
 
-from ..base import Credential, LogEntry, ParticipantRecord, SessionHeader
+from ..base import Credential, Deadline, LogEntry, ParticipantRecord, SessionHeader
 
 __all__ = [
+    "deadline_row",
     "decode_credential",
     "decode_participant",
     "encode_record",
     "entry_of",
     "header_of",
     "header_row",
+    "participant_row",
 ]
 
 _encoder: Final = msgspec.msgpack.Encoder()
@@ -69,6 +71,18 @@ def entry_of(row: Sequence[Any]) -> LogEntry:
 def encode_record(record: ParticipantRecord | Credential) -> bytes:
     """The ``record`` column of a participant or a credential (msgpack)."""
     return _encoder.encode(record)
+
+
+def participant_row(session_id: str, record: ParticipantRecord) -> tuple[Any, ...]:
+    """The arguments of ``PUT_PARTICIPANT`` for ``record`` (the session id twice: the row's,
+    and the one that must exist)."""
+    packed = encode_record(record)
+    return (session_id, record.participant_id, int(record.attached), packed, session_id)
+
+
+def deadline_row(deadline: Deadline) -> tuple[str, str, int]:
+    """The arguments of ``SET_DEADLINE`` for ``deadline``."""
+    return (deadline.session_id, deadline.participant_id, deadline.due_ms)
 
 
 def decode_participant(data: bytes) -> ParticipantRecord:

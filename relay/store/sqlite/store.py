@@ -2,7 +2,8 @@
 
 The facade the hub uses (the :class:`~relay.store.base.Store` interface); the parts are beside
 it: the layout (schema.py) and its statements, opening the file (opening.py), the writer thread
-(writer.py), the reader threads (reader.py), an append (appending.py) and the rows (rows.py).
+(writer.py), the reader threads (reader.py), what those share (jobs.py), an append
+(appending.py) and the rows (rows.py).
 Writes are queued to the one writer and group-committed; ``append_nowait(after=)`` queues at
 once behind the write it names. Reads are queued to two reader threads with connections of
 their own (WAL readers never wait for the writer), answered a batch at a time, so the event
@@ -37,12 +38,14 @@ from .appending import append_entries
 from .opening import FileLock, open_connection, open_writer
 from .reader import Readers
 from .rows import (
+    deadline_row,
     decode_credential,
     decode_participant,
     encode_record,
     entry_of,
     header_of,
     header_row,
+    participant_row,
 )
 from .schema import PROBE_WRITE
 from .statements import (
@@ -330,9 +333,7 @@ class SqliteStore(Store):
     # --- participants and deadlines --------------------------------------------------------
 
     async def put_participant(self, session_id: str, record: ParticipantRecord) -> None:
-        packed = encode_record(record)
-        pid = record.participant_id
-        args = (session_id, pid, int(record.attached), packed, session_id)
+        args = participant_row(session_id, record)
         await self._write(lambda db: db.execute(PUT_PARTICIPANT, args))
 
     async def get_participant(
@@ -351,7 +352,7 @@ class SqliteStore(Store):
         await self._write(lambda db: db.execute(REMOVE_PARTICIPANT, (session_id, participant_id)))
 
     async def set_deadline(self, deadline: Deadline) -> None:
-        args = (deadline.session_id, deadline.participant_id, deadline.due_ms)
+        args = deadline_row(deadline)
         await self._write(lambda db: db.execute(SET_DEADLINE, args))
 
     async def clear_deadline(self, session_id: str, participant_id: str) -> None:
@@ -373,13 +374,12 @@ class SqliteStore(Store):
 
     async def put_attached(self, session_id: str, record: ParticipantRecord) -> None:
         """Both statements in one write: one transaction, one fsync (Store.put_attached)."""
-        packed = encode_record(record)
-        pid = record.participant_id
-        args = (session_id, pid, int(record.attached), packed, session_id)
+        args = participant_row(session_id, record)
+        cleared = (session_id, record.participant_id)
 
         def apply(db: sqlite3.Connection) -> None:
             db.execute(PUT_PARTICIPANT, args)
-            db.execute(CLEAR_DEADLINE, (session_id, pid))
+            db.execute(CLEAR_DEADLINE, cleared)
 
         await self._write(apply)
 
@@ -387,9 +387,7 @@ class SqliteStore(Store):
         self, session_id: str, record: ParticipantRecord, deadline: Deadline
     ) -> None:
         """Both statements in one write: one transaction, one fsync (Store.put_detached)."""
-        packed = encode_record(record)
-        args = (session_id, record.participant_id, int(record.attached), packed, session_id)
-        armed = (deadline.session_id, deadline.participant_id, deadline.due_ms)
+        args, armed = participant_row(session_id, record), deadline_row(deadline)
 
         def apply(db: sqlite3.Connection) -> None:
             db.execute(PUT_PARTICIPANT, args)

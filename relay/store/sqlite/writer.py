@@ -17,17 +17,18 @@ import contextlib
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from protocol.errors import StoreUnavailableError
 
-__all__ = ["Answered", "Write", "Writer", "settle_batch", "take_batch", "unavailable"]
+from .jobs import settle_batch, take_batch, unavailable
+
+__all__ = ["Write", "Writer"]
 
 T = TypeVar("T")
-J = TypeVar("J")
 
 _MAX_BATCH: Final = 1024  # writes per transaction at most (bounds one transaction's time)
 
@@ -43,67 +44,6 @@ class Write(Generic[T]):
     failed: bool = False  # written and read by the writer thread only
     result: Any = None
     error: BaseException | None = field(default=None)
-
-
-class Answered(Protocol):
-    """A queued job a store thread answered: its future, its loop, its result or error."""
-
-    @property
-    def future(self) -> asyncio.Future[Any]: ...
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop: ...
-
-    @property
-    def result(self) -> Any: ...
-
-    @property
-    def error(self) -> BaseException | None: ...
-
-
-def _settle_all(jobs: Sequence[Answered]) -> None:
-    """On the event loop: complete the jobs' futures (unless their callers gave up)."""
-    for job in jobs:
-        if job.future.done():
-            continue
-        if job.error is not None:
-            job.future.set_exception(job.error)
-        else:
-            job.future.set_result(job.result)
-
-
-def take_batch(jobs: queue.SimpleQueue[J | None], limit: int) -> tuple[list[J], bool]:
-    """From a store thread: wait for a job, then take every job queued meanwhile (at most
-    ``limit``); True beside them when a stop (None) came after them."""
-    first = jobs.get()
-    if first is None:
-        return [], True
-    batch = [first]
-    while len(batch) < limit:
-        try:
-            more = jobs.get_nowait()
-        except queue.Empty:
-            break
-        if more is None:
-            return batch, True
-        batch.append(more)
-    return batch, False
-
-
-def settle_batch(batch: Sequence[Answered]) -> None:
-    """From a store thread: complete a batch's futures, one wake-up per loop and batch (a
-    loop that closed meanwhile has nobody waiting, and the thread goes on)."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[Answered]] = {}
-    for job in batch:
-        by_loop.setdefault(job.loop, []).append(job)
-    for loop, jobs in by_loop.items():
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(_settle_all, jobs)
-
-
-def unavailable(path: Path, exc: sqlite3.Error) -> StoreUnavailableError:
-    """A failure of SQLite as the store's error, naming the file."""
-    return StoreUnavailableError(f"sqlite store {path}: {exc}")
 
 
 class Writer(threading.Thread):

@@ -11,6 +11,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,8 +45,20 @@ def _row(n: int) -> Callable[[sqlite3.Connection], object]:
     return lambda db: db.execute("SELECT n FROM t WHERE n = ?", (n,)).fetchone()
 
 
-async def test_reads_queued_together_are_answered_in_one_loop_step(readers: Readers) -> None:
-    """Reads queued while the thread is busy are answered together: all done with the first."""
+async def test_reads_queued_together_are_answered_in_one_loop_step(
+    readers: Readers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reads queued while the thread is busy are answered together: one loop wake-up for the
+    batch (two in all with the read before it), all done with the first."""
+    loop = asyncio.get_running_loop()
+    real = loop.call_soon_threadsafe
+    wakeups: list[object] = []
+
+    def counted(callback: Callable[..., object], *args: object, **kwargs: Any) -> Any:
+        wakeups.append(callback)
+        return real(callback, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", counted)  # the real loop, counted
     release = threading.Event()
     blocker = readers.read(lambda db: release.wait(10))
     queued = [readers.read(_row(n)) for n in range(10)]
@@ -57,6 +70,7 @@ async def test_reads_queued_together_are_answered_in_one_loop_step(readers: Read
     assert all(f.done() for f in queued), "a batch's reads settle in one loop step"
     assert first == (0,)
     assert [f.result() for f in queued] == [(n,) for n in range(10)]
+    assert 1 <= len(wakeups) <= 2, "eleven reads, at most two batches"
 
 
 async def test_a_failing_read_fails_alone(readers: Readers) -> None:
