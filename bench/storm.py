@@ -392,6 +392,26 @@ async def _storm(
     }
 
 
+async def _fresh_storm(
+    flags: list[str],
+    loop: str,
+    workdir: Path,
+    label: str,
+    sessions: int,
+    eps: int,
+    *,
+    profile: bool = False,
+    watchers: int | None = None,
+) -> dict[str, Any]:
+    """One storm on a master of its own (its RSS peak is that storm's alone)."""
+    log = workdir / f"master-{sessions}x{eps}-{label}.log"
+    master = await start_master(flags, control=True, loop=loop, stderr_path=log)
+    try:
+        return await _storm(master, sessions, eps, workdir, profile, watchers)
+    finally:
+        await master.stop()
+
+
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
     total = getattr(args, "storm_edges", None) or 1000
     store = getattr(args, "store", None) or "memory"
@@ -421,14 +441,10 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
             # A fresh master each: its RSS peak is that storm's, not the sum of the storms.
             for watchers in (None, 1):
                 for sessions, eps in shapes:
-                    log_name = f"master-{sessions}x{eps}-{watchers or 'all'}.log"
-                    master = await start_master(
-                        extra, control=True, loop=loop, stderr_path=workdir / log_name
-                    )
-                    try:
-                        storm = await _storm(master, sessions, eps, workdir, profile, watchers)
-                    finally:
-                        await master.stop()
+                    storm = await _fresh_storm(
+                        extra, loop, workdir, f"{watchers or 'all'}", sessions, eps,
+                        profile=profile, watchers=watchers,
+                    )  # fmt: skip
                     if (sessions, eps) not in minimal_of:
                         minimal_of[sessions, eps] = await _minimal_storm(baseline, sessions, eps)
                     storm["minimal"] = minimal_of[sessions, eps]
@@ -437,16 +453,9 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
                 # The same storms on the store `rawp serve` starts on (a SQLite file): what
                 # its reads and durable writes add to a reattach (every edge takes presence).
                 for sessions, eps in shapes:
-                    log_name = f"master-{sessions}x{eps}-sqlite.log"
                     db = f"sqlite:{workdir / f'storm-{sessions}x{eps}.db'}"
-                    master = await start_master(
-                        storm_master_flags(db), control=True, loop=loop,
-                        stderr_path=workdir / log_name,
-                    )  # fmt: skip
-                    try:
-                        storm = await _storm(master, sessions, eps, workdir, False)
-                    finally:
-                        await master.stop()
+                    flags = storm_master_flags(db)
+                    storm = await _fresh_storm(flags, loop, workdir, "sqlite", sessions, eps)
                     storm["store"] = "sqlite"
                     storm["minimal"] = minimal_of[sessions, eps]
                     storms.append(storm)
