@@ -112,6 +112,14 @@ class Sink(Protocol):
     async def close(self, code: int = CloseCode.NORMAL, reason: str = "") -> None: ...
 
 
+def _sent_nowhere(seq: int) -> None:
+    """A closed outbox's ``on_sent``."""
+
+
+def _nothing() -> None:
+    """A closed outbox's ``on_overflow``."""
+
+
 class Outbox:
     """Bounded, ordered send queue of one connection.
 
@@ -270,10 +278,16 @@ class Outbox:
                     future.set_result(None)
 
     def close(self) -> None:
-        """Stop accepting and stop the writer (queued frames are dropped)."""
+        """Stop accepting and stop the writer (queued frames are dropped).
+
+        Closed, it calls its owner back no more, and lets go of the callbacks: they are the
+        owner's bound methods, and an owner holding the outbox that holds them is a reference
+        cycle, left for the collector instead of freed with the connection (issue 16)."""
         self._closed = True
         self._queue.clear()
         self._bytes = 0
+        self._on_sent = _sent_nowhere
+        self._on_overflow = _nothing
         self._wake_drainers()
         if self._task is not None:
             self._task.cancel()

@@ -129,7 +129,7 @@ class Master:
             self.settings.host,
             self.settings.ws_port,
             process_request=endpoint.process_request,
-            select_subprotocol=endpoint.select_subprotocol,
+            process_response=endpoint.process_response,
             max_size=self.settings.max_frame_bytes,
             max_queue=64,
             ping_interval=self.settings.heartbeat_interval_s,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Sequence
 from http import HTTPStatus
 from typing import Final
 
@@ -22,7 +21,6 @@ from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
-from websockets.typing import Subprotocol
 
 from protocol import codec, names
 from protocol.errors import (
@@ -105,11 +103,20 @@ class WebSocketEndpoint:
         return None
 
     @staticmethod
-    def select_subprotocol(
-        connection: ServerConnection, offered: Sequence[Subprotocol]
-    ) -> Subprotocol | None:
-        """``rawp.1`` when offered; a handshake that offers none is accepted as rawp.1."""
-        return Subprotocol(SUBPROTOCOL) if SUBPROTOCOL in offered else None
+    def process_response(
+        connection: ServerConnection, request: Request, response: Response
+    ) -> None:
+        """``rawp.1`` named in the 101 when offered; a handshake that offers none is accepted
+        as rawp.1 (foreign-only offers were refused by :meth:`process_request`).
+
+        Not websockets' ``select_subprotocol``: the closure it wraps that callback in holds
+        the connection that holds it, so every closed connection was a reference cycle left
+        for the collector, which then freed a whole round of closed connections in the next
+        burst of attaches (issue 16; bench/results/storm-profile.md round 11)."""
+        if response.status_code == HTTPStatus.SWITCHING_PROTOCOLS and SUBPROTOCOL in (
+            _offered_subprotocols(request.headers)
+        ):
+            response.headers["Sec-WebSocket-Protocol"] = SUBPROTOCOL
 
     async def handler(self, connection: ServerConnection) -> None:
         """One connection, from hello to close."""

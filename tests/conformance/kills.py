@@ -132,7 +132,7 @@ def _resumed_always(mp: pytest.MonkeyPatch) -> None:
 
 @kill("notes-2/subprotocol-selected")
 def _no_subprotocol_selected(mp: pytest.MonkeyPatch) -> None:
-    mp.setattr(relay.ws.WebSocketEndpoint, "select_subprotocol", staticmethod(lambda c, o: None))
+    mp.setattr(relay.ws.WebSocketEndpoint, "process_response", staticmethod(lambda c, q, r: None))
 
 
 @kill("notes-2/foreign-subprotocol-refused")
