@@ -13,6 +13,7 @@ loop never touches the disk.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import sqlite3
 import weakref
@@ -80,6 +81,7 @@ from .statements import (
     SEQ_OF_MESSAGE,
     SET_DEADLINE,
 )
+from .tail import LogTails
 from .writer import Write, Writer
 
 __all__ = ["SqliteStore"]
@@ -103,6 +105,8 @@ class SqliteStore(Store):
         self._writes: weakref.WeakKeyDictionary[asyncio.Future[Any], Write[Any]] = (
             weakref.WeakKeyDictionary()
         )
+        # The newest entries of each log, answering backlog reads without the file (tail.py).
+        self._tails = LogTails(retention)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -137,6 +141,7 @@ class SqliteStore(Store):
         readers, self._readers = self._readers, None
         if readers is not None:
             await asyncio.to_thread(readers.close)  # each thread closes its connection
+        self._tails.clear()
         self._lock.release()
 
     async def ping(self) -> bool:
@@ -227,7 +232,7 @@ class SqliteStore(Store):
             db.execute(ADD_TOMBSTONE, (session_id,))
             return True
 
-        return await self._write(apply)
+        return await self._forgetting_tail(session_id, self._write(apply))
 
     async def archive_session(
         self, session_id: str, *, ended_at: str, ended_at_ms: int, reason: str, deleted_by: str
@@ -272,7 +277,30 @@ class SqliteStore(Store):
                 return super().append_nowait(session_id, entries, after=after)
         batch = list(entries)
         retention = self._retention
-        return self._write(lambda db: append_entries(db, session_id, batch, retention), previous)
+        future = self._write(lambda db: append_entries(db, session_id, batch, retention), previous)
+        # Before the caller's own wake-up (done callbacks run in the order they were added):
+        # whoever learns the append committed can read it back from the tail.
+        future.add_done_callback(functools.partial(self._appended, session_id, batch))
+        return future
+
+    def _appended(
+        self,
+        session_id: str,
+        batch: list[NewEntry],
+        future: asyncio.Future[list[AppendResult]],
+    ) -> None:
+        if future.cancelled() or future.exception() is not None:
+            # It may have committed all the same (an answer lost): the file knows.
+            self._tails.drop(session_id)
+        else:
+            self._tails.appended(session_id, batch, future.result())
+
+    def _forgetting_tail(self, session_id: str, write: asyncio.Future[T]) -> asyncio.Future[T]:
+        """``write``, which drops the session's tail once it is done, however it ended (a
+        delete, a fork's target: the file answers that log from then on), in commit order
+        with the appends' own callbacks."""
+        write.add_done_callback(lambda _: self._tails.drop(session_id))
+        return write
 
     async def read(
         self,
@@ -283,6 +311,10 @@ class SqliteStore(Store):
         limit: int | None = None,
         newest_first: bool = False,
     ) -> list[LogEntry]:
+        if not newest_first:
+            kept = self._tails.read(session_id, after_seq, before_seq, limit)
+            if kept is not None:
+                return kept
         query = READ_RANGE.format(order="DESC" if newest_first else "ASC")
         before = 2**62 if before_seq is None else before_seq
         args = (session_id, after_seq, before, -1 if limit is None else limit)
@@ -328,7 +360,7 @@ class SqliteStore(Store):
             db.execute(DROP_TOMBSTONE, (header.session_id,))
             return True
 
-        return await self._write(apply)
+        return await self._forgetting_tail(header.session_id, self._write(apply))
 
     # --- participants and deadlines --------------------------------------------------------
 
