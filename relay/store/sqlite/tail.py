@@ -66,16 +66,7 @@ class LogTails:
     ) -> None:
         """An append committed: its new entries join the tail (duplicates were not logged)."""
         logged = [
-            LogEntry(
-                seq=r.seq,
-                message_id=e.message_id,
-                type=e.type,
-                data=b"%s%d%s" % (e.head, r.seq, e.tail),  # as the row was written
-                sender_id=e.sender_id,
-                sender_role=e.sender_role,
-                exclude=e.exclude,
-                edges_only=e.edges_only,
-            )
+            e.committed(r.seq)  # as the row was written
             for e, r in zip(entries, results, strict=True)
             if not r.duplicate
         ]

@@ -94,7 +94,7 @@ def test_what_a_tail_answers_is_the_log(
                 continue
             head += 1
             seen.add(e.message_id)
-            log.append(_logged(e, head))
+            log.append(e.committed(head))
             results.append(AppendResult(seq=head))
         if op == "fail":
             tails.drop("s")  # the store's answer to a lost append (it may have committed)
@@ -119,19 +119,6 @@ def _fields(e: LogEntry) -> dict[str, Any]:
         "sender_id": e.sender_id,
         "sender_role": e.sender_role,
     }
-
-
-def _logged(e: NewEntry, seq: int) -> LogEntry:
-    return LogEntry(
-        seq=seq,
-        message_id=e.message_id,
-        type=e.type,
-        data=b"%s%d%s" % (e.head, seq, e.tail),
-        sender_id=e.sender_id,
-        sender_role=e.sender_role,
-        exclude=e.exclude,
-        edges_only=e.edges_only,
-    )
 
 
 def test_a_tail_is_bounded() -> None:
