@@ -449,6 +449,34 @@ async def test_unreachable_redis_is_store_unavailable() -> None:
 
 
 @single_redis
+async def test_a_burst_beyond_the_pool_waits_for_a_connection(backend: Backend) -> None:
+    """More commands at once than the pool has connections wait their turn, none refused."""
+    store = redis_store(backend, max_connections=2)
+    try:
+        s = await new_session(store)
+        headers = await asyncio.gather(*(store.get_session(s) for _ in range(40)))
+        assert all(h is not None and h.session_id == s for h in headers)
+    finally:
+        await store.close()
+
+
+@single_redis
+async def test_a_pool_that_stays_taken_is_store_unavailable_after_the_wait(
+    backend: Backend,
+) -> None:
+    """When no connection frees up within the pool wait, the command is refused unavailable."""
+    store = redis_store(backend, max_connections=1, timeout=0.2)
+    try:
+        s = await new_session(store)
+        async with await store.subscribe(s):  # holds the pool's only connection
+            with pytest.raises(StoreUnavailableError):
+                await store.get_session(s)
+        assert await store.get_session(s) is not None  # given back with the subscription
+    finally:
+        await store.close()
+
+
+@single_redis
 async def test_store_recovers_when_redis_comes_back(backend: Backend) -> None:
     """After an outage the same store object works again without being reopened."""
     assert backend.server is not None

@@ -64,11 +64,16 @@ from .lease import Lease
 from .lua import Scripts
 from .pubsub import PubSub, Subscription
 
-__all__ = ["RedisStore"]
+__all__ = ["POOL_SIZE", "POOL_WAIT_S", "RedisStore"]
 
 _log = logging.getLogger("relay.store.redis")
 
 _FORK_CHUNK: Final = 512
+# Connections to one Redis, at most (a ``max_connections`` in the URL's query wins), and how
+# long a command waits for one of them before the store is unavailable. Waiting, not failing:
+# a burst of attaches (a reconnect storm) asks for more at once than any pool holds.
+POOL_SIZE: Final = 100
+POOL_WAIT_S: Final = 5.0
 
 
 class RedisStore(Store):
@@ -99,11 +104,15 @@ class RedisStore(Store):
             "client_name": f"rawp-{self.node_id}",
         }
         options.update(client_options)
-        self._client: Any = (
-            RedisCluster.from_url(url, **options)
-            if cluster
-            else aioredis.Redis.from_url(url, **options)
-        )
+        if cluster:
+            # [left] the cluster client has no waiting pool: past max_connections per node
+            # (100) a command fails at once, unavailable.
+            self._client: Any = RedisCluster.from_url(url, **options)
+        else:
+            pool = aioredis.BlockingConnectionPool.from_url(
+                url, **{"max_connections": POOL_SIZE, "timeout": POOL_WAIT_S, **options}
+            )
+            self._client = aioredis.Redis.from_pool(pool)  # closed with the client
         self._scripts = Scripts(self._client)
         self.lease = Lease(self._scripts, self.node_id)
         """This node's lease epoch, what its writes carry, REST write holds."""
@@ -471,7 +480,7 @@ class RedisStore(Store):
         return record, received
 
     async def put_attached(self, session_id: str, record: ParticipantRecord) -> None:
-        """The record (fenced), then the deadline's removal: two round trips, in this order.
+        """The record (fenced), then the deadline's removal, one after the other, in this order.
 
         Not sent together: a record the store refused (a fenced lease, an outage) left the
         deadline disarmed all the same, so the participant — still detached in the store, its
