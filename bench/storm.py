@@ -28,8 +28,9 @@ hello with a welcome, nothing else) beside it in the same run, and load generato
    coalesced or not) shows every other edge of its session attached. Aim: within 3 s.
    Both storms again with viewers: one edge per session (its watcher) takes presence and
    must end with the exact roster, every other edge declines it and must receive none.
-   Both storms once more on the SQLite store ``rawp serve`` starts on (every edge taking
-   presence; with ``--store memory``, the default here).
+   Both storms once more on the SQLite store ``rawp serve`` starts on, and on Redis (a
+   ``redis-server`` of the benchmark's own, AOF fsynced always, when one is on PATH), every
+   edge taking presence (with ``--store memory``, the default here).
    Each storm runs on a fresh master, whose RSS is sampled every 50 ms during the storm
    (peak quoted); the generator's
    CPU time beside the master's (the two share the machine's cores).
@@ -62,6 +63,8 @@ from ._procs import (
     UNTHROTTLED,
     Proc,
     cpu_seconds,
+    redis_available,
+    redis_server,
     start_baseline,
     start_master,
     start_worker,
@@ -459,6 +462,15 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
                     storm["store"] = "sqlite"
                     storm["minimal"] = minimal_of[sessions, eps]
                     storms.append(storm)
+                # And on Redis (our own redis-server, AOF fsynced always): the attach path of
+                # the nodes that share one, its cross-node rules and a pool of connections.
+                for sessions, eps in shapes if redis_available() is None else ():
+                    async with redis_server(workdir / f"redis-{sessions}x{eps}") as handle:
+                        flags = storm_master_flags(handle.url)
+                        storm = await _fresh_storm(flags, loop, workdir, "redis", sessions, eps)
+                    storm["store"] = "redis"
+                    storm["minimal"] = minimal_of[sessions, eps]
+                    storms.append(storm)
         finally:
             await baseline.stop()
         other = other_loop(loop)
@@ -484,6 +496,8 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         who = ", viewers declining presence" if s.get("watchers") is not None else ""
         if s.get("store") == "sqlite":
             who += ", SQLite store (rawp serve's default)"
+        elif s.get("store") == "redis":
+            who += ", Redis store (one node)"
         figures.append(
             figure(
                 f"storm {s['sessions']:,} × {s['edges_per_session']:,} edges{who}: all reattached",
@@ -601,7 +615,7 @@ def _minimal_cell(minimal: dict[str, Any] | None) -> str:
 
 def _storm_who(storm: dict[str, Any]) -> str:
     who = "every edge taking presence" if storm.get("watchers") is None else "viewers declining"
-    return who + (" (SQLite)" if storm.get("store") == "sqlite" else "")
+    return who + {"sqlite": " (SQLite)", "redis": " (Redis)"}.get(storm.get("store", ""), "")
 
 
 def _bound_notes(storms: list[dict[str, Any]]) -> list[str]:
