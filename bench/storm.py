@@ -54,6 +54,7 @@ import contextlib
 import statistics
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
@@ -103,6 +104,11 @@ WARMUP_EDGES: Final = 200  # one untimed round per server before the first measu
 RATE_WINDOW_S: Final = 1.0
 # Instruction counts (callgrind, ~50× slower): a few hundred attaches per audience and server.
 COUNTED_AUDIENCES: Final = (1, 100)
+# The stores the storms run on beside memory: name and note in the figures
+_DURABLE_STORES: Final = {
+    "sqlite": ("SQLite", "rawp serve's default"),
+    "redis": ("Redis", "one node"),
+}
 COUNTED_EDGES: Final = 500
 COUNTED_WARMUP_EDGES: Final = 100
 
@@ -415,6 +421,16 @@ async def _fresh_storm(
         await master.stop()
 
 
+@contextlib.asynccontextmanager
+async def _store_url(store: str, directory: Path) -> AsyncIterator[str]:
+    """A fresh store of kind ``store`` ("sqlite" or "redis") for one storm: its URL."""
+    if store == "sqlite":  # the master makes the file's directory
+        yield f"sqlite:{directory / 'rawp.db'}"
+        return
+    async with redis_server(directory) as handle:
+        yield handle.url
+
+
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
     total = getattr(args, "storm_edges", None) or 1000
     store = getattr(args, "store", None) or "memory"
@@ -454,23 +470,20 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
                     storms.append(storm)
             if store == "memory":
                 # The same storms on the store `rawp serve` starts on (a SQLite file): what
-                # its reads and durable writes add to a reattach (every edge takes presence).
-                for sessions, eps in shapes:
-                    db = f"sqlite:{workdir / f'storm-{sessions}x{eps}.db'}"
-                    flags = storm_master_flags(db)
-                    storm = await _fresh_storm(flags, loop, workdir, "sqlite", sessions, eps)
-                    storm["store"] = "sqlite"
-                    storm["minimal"] = minimal_of[sessions, eps]
-                    storms.append(storm)
-                # And on Redis (our own redis-server, AOF fsynced always): the attach path of
-                # the nodes that share one, its cross-node rules and a pool of connections.
-                for sessions, eps in shapes if redis_available() is None else ():
-                    async with redis_server(workdir / f"redis-{sessions}x{eps}") as handle:
-                        flags = storm_master_flags(handle.url)
-                        storm = await _fresh_storm(flags, loop, workdir, "redis", sessions, eps)
-                    storm["store"] = "redis"
-                    storm["minimal"] = minimal_of[sessions, eps]
-                    storms.append(storm)
+                # its reads and durable writes add to a reattach; and on Redis (our own
+                # redis-server, AOF fsynced always): the attach path of nodes sharing one,
+                # its cross-node rules and its pool of connections. Every edge takes presence.
+                durables = [d for d in _DURABLE_STORES if d != "redis" or redis_available() is None]
+                for durable in durables:
+                    for sessions, eps in shapes:
+                        async with _store_url(
+                            durable, workdir / f"{durable}-{sessions}x{eps}"
+                        ) as url:
+                            flags = storm_master_flags(url)
+                            storm = await _fresh_storm(flags, loop, workdir, durable, sessions, eps)
+                        storm["store"] = durable
+                        storm["minimal"] = minimal_of[sessions, eps]
+                        storms.append(storm)
         finally:
             await baseline.stop()
         other = other_loop(loop)
@@ -494,10 +507,9 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         exact = s["exact_edges"] == s["edges"] and s["presence_exact_edges"] == s["edges"]
         minimal = s.get("minimal") or {}
         who = ", viewers declining presence" if s.get("watchers") is not None else ""
-        if s.get("store") == "sqlite":
-            who += ", SQLite store (rawp serve's default)"
-        elif s.get("store") == "redis":
-            who += ", Redis store (one node)"
+        if s.get("store") in _DURABLE_STORES:
+            name, note = _DURABLE_STORES[s["store"]]
+            who += f", {name} store ({note})"
         figures.append(
             figure(
                 f"storm {s['sessions']:,} × {s['edges_per_session']:,} edges{who}: all reattached",
@@ -615,7 +627,8 @@ def _minimal_cell(minimal: dict[str, Any] | None) -> str:
 
 def _storm_who(storm: dict[str, Any]) -> str:
     who = "every edge taking presence" if storm.get("watchers") is None else "viewers declining"
-    return who + {"sqlite": " (SQLite)", "redis": " (Redis)"}.get(storm.get("store", ""), "")
+    durable = _DURABLE_STORES.get(storm.get("store", ""))
+    return who + (f" ({durable[0]})" if durable else "")
 
 
 def _bound_notes(storms: list[dict[str, Any]]) -> list[str]:

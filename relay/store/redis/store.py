@@ -64,7 +64,7 @@ from .lease import Lease
 from .lua import Scripts
 from .pubsub import PubSub, Subscription
 
-__all__ = ["POOL_SIZE", "POOL_WAIT_S", "RedisStore"]
+__all__ = ["RedisStore"]
 
 _log = logging.getLogger("relay.store.redis")
 
@@ -72,8 +72,8 @@ _FORK_CHUNK: Final = 512
 # Connections to one Redis, at most (a ``max_connections`` in the URL's query wins), and how
 # long a command waits for one of them before the store is unavailable. Waiting, not failing:
 # a burst of attaches (a reconnect storm) asks for more at once than any pool holds.
-POOL_SIZE: Final = 100
-POOL_WAIT_S: Final = 5.0
+_POOL_SIZE: Final = 100
+_POOL_WAIT_S: Final = 5.0
 
 
 class RedisStore(Store):
@@ -105,12 +105,12 @@ class RedisStore(Store):
         }
         options.update(client_options)
         if cluster:
-            # [left] the cluster client has no waiting pool: past max_connections per node
-            # (100) a command fails at once, unavailable.
+            # The cluster client has no waiting pool: past max_connections per node (100) a
+            # command fails at once, unavailable (docs/operations.md §2).
             self._client: Any = RedisCluster.from_url(url, **options)
         else:
             pool = aioredis.BlockingConnectionPool.from_url(
-                url, **{"max_connections": POOL_SIZE, "timeout": POOL_WAIT_S, **options}
+                url, **{"max_connections": _POOL_SIZE, "timeout": _POOL_WAIT_S, **options}
             )
             self._client = aioredis.Redis.from_pool(pool)  # closed with the client
         self._scripts = Scripts(self._client)
