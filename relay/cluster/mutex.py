@@ -96,10 +96,12 @@ class SessionMutex:
             await shared.release_held(session.id)
 
     async def refresh_client(
-        self, session: Session, records: list[ParticipantRecord] | None = None
+        self, session: Session, clients: list[ParticipantRecord] | None = None
     ) -> None:
-        """``session.client_id`` as the store has it (another node may have changed it)."""
-        if records is None:
-            records = await self.shared.store.list_participants(session.id)
-        clients = sorted((r for r in records if r.role == "client"), key=lambda r: not r.attached)
-        session.client_id = clients[0].participant_id if clients else None
+        """``session.client_id`` as the store has it (another node may have changed it).
+
+        ``clients``: the session's client records, when the caller has just read them."""
+        if clients is None:
+            clients = (await self.shared.store.attach_view(session.id)).clients
+        ranked = sorted(clients, key=lambda r: not r.attached)
+        session.client_id = ranked[0].participant_id if ranked else None

@@ -69,12 +69,15 @@ class Takeover:
             raise StoreUnavailableError("this node is taking a new lease; attach again")
         # Held before the record says "attached here": if we die, the sweep finds the session.
         await shared.hold(session.id, again=True)
-        records = await store.list_participants(session.id)
-        remote = [r for r in records if r.attached and r.node_id != shared.id]
+        # Only what the rules need (the nodes with attached records, this participant's own
+        # record, the client records): not every record, so a storm of N viewers costs N reads.
+        key = participant_id or ""
+        view = await store.attach_view(session.id, key)
+        remote = [node for node in view.nodes if node != shared.id]
         if not remote:
             return
         ages = await store.node_ages()
-        dead = {r.node_id for r in remote if not shared.alive(ages, r.node_id)}
+        dead = {node for node in remote if not shared.alive(ages, node)}
         for node in sorted(dead):
             # Its node died and no sweep reached this session yet: fence it here, catch up
             # with what it logged before the fence, and recover the session now (once).
@@ -83,15 +86,20 @@ class Takeover:
             await self.following.sync(session)
             await recover_locked(session, node, shared.metrics.recovered, fenced_epoch=epoch)
         if dead:
-            records = await store.list_participants(session.id)
-            await self.mutex.refresh_client(session, records)
-        for r in records:
-            if not r.attached or r.node_id == shared.id or r.node_id in dead:
-                continue
-            if r.participant_id == participant_id and r.role == role:
-                await self._fence(session, r)  # a takeover of a connection on another node
-            elif role == "client" and r.role == "client":
-                raise ClientAttached("another client is attached to this session")
+            view = await store.attach_view(session.id, key)
+            await self.mutex.refresh_client(session, view.clients)
+
+        def elsewhere(record: ParticipantRecord) -> bool:
+            """Attached on another node that is alive (the dead were recovered above)."""
+            return record.attached and record.node_id != shared.id and record.node_id not in dead
+
+        if role == "client" and any(
+            elsewhere(r) and r.participant_id != participant_id for r in view.clients
+        ):
+            raise ClientAttached("another client is attached to this session")
+        own = view.own
+        if own is not None and own.role == role and elsewhere(own):
+            await self._fence(session, own)  # a takeover of a connection on another node
 
     async def _fence(self, session: Session, record: ParticipantRecord) -> None:
         """Have the node holding ``record``'s connection close it 4409 and wait (bounded)."""

@@ -82,11 +82,14 @@ def refused_behind(
     return None
 
 
-def newer_format(session_id: str, version: int) -> FormatVersionError:
-    """The error every backend raises for a session whose header a newer build wrote."""
+def newer_format(
+    session_id: str, version: int, supported: int = FORMAT_VERSION
+) -> FormatVersionError:
+    """The error every backend raises for a session whose header a newer build wrote
+    (``supported``: the newest format the backend reads, when it has its own)."""
     return FormatVersionError(
         f"session {session_id} was written by a newer build (format {version} > "
-        f"{FORMAT_VERSION}); upgrade this master"
+        f"{supported}); upgrade this master"
     )
 
 
@@ -245,6 +248,9 @@ class Store(abc.ABC):
     """The session store (notes §12)."""
 
     name: str = "store"
+    format_version: int = FORMAT_VERSION
+    """The format a new session of this backend is written in, and the newest it reads
+    (a backend may number its own: the redis store's layouts, relay/store/redis/keys.py)."""
 
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Connect and prepare (scripts, schema). Idempotent."""

@@ -18,7 +18,7 @@ import pytest
 
 from protocol.errors import FormatVersionError, StoreUnavailableError
 from relay.store import MemoryStore, open_store
-from relay.store.base import FORMAT_VERSION, AppendResult, Deadline, ParticipantRecord
+from relay.store.base import AppendResult, Deadline, ParticipantRecord
 from relay.store.redis import NodeFencedError, RedisStore
 from tests.contract.conftest import Backend
 from tests.contract.test_store_contract import entry, header, new_session
@@ -416,7 +416,7 @@ async def test_session_ids_with_braces_are_refused(backend: Backend) -> None:
 async def test_append_to_a_newer_format_is_refused(backend: Backend) -> None:
     """This build never appends to a log whose header a newer build wrote."""
     store = redis_store(backend)
-    s = await new_session(store, format_version=FORMAT_VERSION + 1)
+    s = await new_session(store, format_version=store.format_version + 1)
     with pytest.raises(FormatVersionError, match="upgrade"):
         await store.append(s, [entry()])
 

@@ -17,6 +17,7 @@ import pytest
 
 from relay.recovery import recover_locked
 from relay.server import Master
+from relay.store.redis.keys import SessionKeys
 from tests.e2e.conftest import API_KEY
 from tests.e2e.conftest import test_settings as settings_for
 from tests.e2e.util import http, wait_until
@@ -105,6 +106,28 @@ async def test_takeover_on_another_node_fences_the_old_connection(nodes: Any) ->
     record = await b.store.get_participant(s, client.participant_id)
     assert record is not None
     assert (record.node_id, record.attached, record.generation) == ("N2", True, 2)
+
+
+async def test_a_layout_1_session_keeps_one_client_across_nodes(
+    nodes: Any, redis_server: RedisServer
+) -> None:
+    """A session an earlier build wrote (no attached index) is judged from its records: a
+    second client on B is refused 4409, the same client id takes over."""
+    a, b = await nodes(2)
+    s = sid()
+    client = await Peer.open(a.ws_url, s, role="client", token=API_KEY, create=True)
+    k = SessionKeys.of(s)
+    with contextlib.closing(redis_server.client()) as raw:
+        raw.hset(k.hdr, "v", 1)
+        raw.delete(k.on, k.nodes, k.cli)
+    assert await hello_close_code(b.ws_url, s, role="client") == 4409
+    again = await Peer.open(
+        b.ws_url, s, role="client", token=API_KEY, participant_id=client.participant_id
+    )
+    assert await client.closed_with() == 4409
+    assert again.welcome["payload"]["generation"] == 2
+    with contextlib.closing(redis_server.client()) as raw:
+        assert raw.exists(k.on, k.nodes, k.cli) == 0  # never converted
 
 
 async def test_delete_on_one_node_ends_the_session_on_every_node(nodes: Any) -> None:

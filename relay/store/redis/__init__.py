@@ -23,12 +23,13 @@ from __future__ import annotations
 from .errors import NodeFencedError
 from .lua import APPEND_LUA, FENCE_LUA, NODE_CLAIM_LUA
 from .pubsub import Published, Subscription
-from .store import RedisStore
+from .store import AttachView, RedisStore
 
 __all__ = [
     "APPEND_LUA",
     "FENCE_LUA",
     "NODE_CLAIM_LUA",
+    "AttachView",
     "NodeFencedError",
     "Published",
     "RedisStore",

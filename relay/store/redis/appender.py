@@ -21,9 +21,9 @@ from typing import Any, Final
 
 from protocol.errors import SessionMissing, StoreError, StoreUnavailableError
 
-from ..base import FORMAT_VERSION, AppendResult, NewEntry, append_behind_failed, newer_format
+from ..base import AppendResult, NewEntry, append_behind_failed, newer_format
 from .errors import NodeFencedError, mapped
-from .framing import encode, pack_batch
+from .framing import LAYOUT_VERSION, encode, pack_batch
 from .keys import SessionKeys, check_id
 
 __all__ = ["Appender"]
@@ -194,7 +194,7 @@ class Appender:
             self._node_packed,
             self.writer,
             self.batch_no,
-            FORMAT_VERSION,
+            LAYOUT_VERSION,
             batch,
             self.node_id,
             epoch,
@@ -209,7 +209,7 @@ class Appender:
                 raise SessionMissing(session_id) from None
             if "FORMAT " in text:
                 version = int(text.rsplit("FORMAT ", 1)[1].split()[0])
-                raise newer_format(session_id, version) from None
+                raise newer_format(session_id, version, LAYOUT_VERSION) from None
             if "FENCED" in text:
                 raise self._fenced(session_id, epoch) from None
             if "STALE" in text:

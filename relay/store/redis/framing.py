@@ -13,7 +13,6 @@ from typing import Final
 import msgspec
 
 from ..base import (
-    FORMAT_VERSION,
     Credential,
     LogEntry,
     NewEntry,
@@ -23,6 +22,7 @@ from ..base import (
 )
 
 __all__ = [
+    "LAYOUT_VERSION",
     "array_header",
     "credential_dec",
     "encode",
@@ -36,6 +36,7 @@ __all__ = [
     "participant_dec",
     "published_dec",
     "received_id",
+    "stamped",
     "str_header",
     "text",
 ]
@@ -53,6 +54,11 @@ if LogEntry.__struct_fields__ != (
     "edges_only",
 ) or NewEntry.__struct_fields__[:2] != ("message_id", "type"):
     raise ImportError("relay.store.redis: LogEntry layout changed; update scripts/append.lua")
+
+LAYOUT_VERSION: Final = 2
+"""The newest session layout (``v`` in the header hash, keys.py) this build reads and writes:
+1 is the base format; 2 adds the attached index. A session of a newer layout is refused
+"upgrade" like a newer format."""
 
 _enc = msgspec.msgpack.Encoder()
 encode: Final = _enc.encode
@@ -116,6 +122,14 @@ def pairs(flat: list[bytes]) -> dict[bytes, bytes]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
+def stamped(header: SessionHeader) -> SessionHeader:
+    """The header as a new session of this build is written: at least :data:`LAYOUT_VERSION`
+    (a newer format stays as it is, to be refused when read)."""
+    if header.format_version >= LAYOUT_VERSION:
+        return header
+    return msgspec.structs.replace(header, format_version=LAYOUT_VERSION)
+
+
 def header_args(header: SessionHeader) -> list[bytes | str | int]:
     """The header's fields as the create and fork scripts take them."""
     return [
@@ -130,8 +144,8 @@ def header_args(header: SessionHeader) -> list[bytes | str | int]:
 def header_from(session_id: str, fields: dict[bytes, bytes]) -> SessionHeader:
     """The session's header from its hash (FormatVersionError when a newer build wrote it)."""
     version = int(fields[b"v"])
-    if version > FORMAT_VERSION:
-        raise newer_format(session_id, version)
+    if version > LAYOUT_VERSION:
+        raise newer_format(session_id, version, LAYOUT_VERSION)
     header = header_dec.decode(fields[b"meta"])
     header.name = fields[b"name"].decode()
     header.revision = int(fields[b"rev"])

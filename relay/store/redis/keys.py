@@ -5,14 +5,19 @@ cluster slot and each per-session operation is one atomic Lua script:
 
 ==========================  =================================================================
 ``rawp:{S}:hdr``            hash: ``meta`` (msgpack SessionHeader), ``ws``, ``name``, ``v``
-                            (format version), ``rev``, ``head`` (last seq), ``first`` (smallest
-                            seq kept), ``w:<writer>``/``r:<writer>`` (a writer's last append
-                            batch number and answer), ``f:<node>`` (fence: that node's
-                            appends under a lease epoch up to this one are refused)
+                            (the session's layout, below), ``rev``, ``head`` (last seq),
+                            ``first`` (smallest seq kept), ``w:<writer>``/``r:<writer>`` (a
+                            writer's last append batch number and answer), ``f:<node>``
+                            (fence: that node's appends under a lease epoch up to this one
+                            are refused)
 ``rawp:{S}:log``            stream; entry id ``<seq>-0``, field ``e`` = msgpack LogEntry, so a
                             read by seq range is one XRANGE (O(log n + k))
 ``rawp:{S}:ids``            hash message_id → seq (dedupe; trimmed together with the log)
 ``rawp:{S}:parts``          hash participant_id → msgpack ParticipantRecord
+``rawp:{S}:on``             hash participant_id → node_id of every record that says attached
+                            (layout 2; kept with ``parts`` by the same scripts)
+``rawp:{S}:nodes``          hash node_id → how many records say attached there (layout 2)
+``rawp:{S}:cli``            set of the ids of client-role records (layout 2)
 ``rawp:{S}:rcv``            hash participant_id → the message id ``welcome.received`` reports
 ``rawp:{S}:dl``             set of participant ids that may have an armed deadline
 ``rawp:{S}:tomb``           tombstone left by delete
@@ -31,6 +36,14 @@ cluster slot and each per-session operation is one atomic Lua script:
 ``rawp:{~nodes}:epoch``     hash node_id → its lease epoch (fencing token; a node that
                             registers anew, or learns it was declared dead, gets a new one)
 ==========================  =================================================================
+
+Layouts (``v``): 1 kept only ``parts``, so an attach had to read and decode every record of
+its session to learn who is attached where (twice: the mutex, the cross-node rules), which a
+reconnect storm of N viewers paid N² times. 2 adds ``on``, ``nodes`` and ``cli``, which the
+participant scripts keep in step with ``parts``, so an attach reads one record, the per-node
+counts and the client records. A build that knows only layout 1 refuses a layout-2 session
+("upgrade"), so it never writes a record without the index; a layout-1 session keeps
+working as it was (the full read), it is never converted.
 
 Global keys live in other slots than the session's, so the few operations that touch both
 (create, delete, fork, deadlines) write the session's keys first, atomically, and the global
@@ -90,6 +103,9 @@ class SessionKeys:
     dl: str
     pub: str
     rcv: str
+    on: str
+    nodes: str
+    cli: str
 
     @classmethod
     def of(cls, session_id: str) -> SessionKeys:
@@ -105,6 +121,9 @@ class SessionKeys:
             p + "dl",
             p + "pub",
             p + "rcv",
+            p + "on",
+            p + "nodes",
+            p + "cli",
         )
 
 

@@ -13,6 +13,7 @@ from typing import Any, Final
 __all__ = [
     "APPEND_LUA",
     "ARCHIVE_LUA",
+    "ATTACH_VIEW_LUA",
     "CLAIM_LUA",
     "CREATE_LUA",
     "DELETE_LUA",
@@ -23,7 +24,8 @@ __all__ = [
     "NODE_CLAIM_LUA",
     "NODE_HEARTBEAT_LUA",
     "NODE_SWEPT_LUA",
-    "PUT_IF_SESSION_LUA",
+    "PUT_PARTICIPANT_LUA",
+    "REMOVE_PARTICIPANT_LUA",
     "RENAME_LUA",
     "SOURCES",
     "UNLOCK_LUA",
@@ -43,6 +45,7 @@ SOURCES: Final[dict[str, str]] = {
     for name in (
         "append",
         "archive",
+        "attach_view",
         "claim_deadlines",
         "create",
         "delete",
@@ -53,7 +56,8 @@ SOURCES: Final[dict[str, str]] = {
         "node_claim",
         "node_heartbeat",
         "node_swept",
-        "put_if_session",
+        "put_participant",
+        "remove_participant",
         "rename",
         "unlock",
         "write_done",
@@ -63,6 +67,7 @@ SOURCES: Final[dict[str, str]] = {
 
 APPEND_LUA: Final = SOURCES["append"]
 ARCHIVE_LUA: Final = SOURCES["archive"]
+ATTACH_VIEW_LUA: Final = SOURCES["attach_view"]
 CLAIM_LUA: Final = SOURCES["claim_deadlines"]
 CREATE_LUA: Final = SOURCES["create"]
 DELETE_LUA: Final = SOURCES["delete"]
@@ -73,7 +78,8 @@ NODE_AGES_LUA: Final = SOURCES["node_ages"]
 NODE_CLAIM_LUA: Final = SOURCES["node_claim"]
 NODE_HEARTBEAT_LUA: Final = SOURCES["node_heartbeat"]
 NODE_SWEPT_LUA: Final = SOURCES["node_swept"]
-PUT_IF_SESSION_LUA: Final = SOURCES["put_if_session"]
+PUT_PARTICIPANT_LUA: Final = SOURCES["put_participant"]
+REMOVE_PARTICIPANT_LUA: Final = SOURCES["remove_participant"]
 RENAME_LUA: Final = SOURCES["rename"]
 UNLOCK_LUA: Final = SOURCES["unlock"]
 WRITE_DONE_LUA: Final = SOURCES["write_done"]
@@ -87,6 +93,7 @@ class Scripts:
         register = client.register_script
         self.append: Any = register(APPEND_LUA)
         self.archive: Any = register(ARCHIVE_LUA)
+        self.attach_view: Any = register(ATTACH_VIEW_LUA)
         self.claim_deadlines: Any = register(CLAIM_LUA)
         self.create: Any = register(CREATE_LUA)
         self.delete: Any = register(DELETE_LUA)
@@ -97,7 +104,8 @@ class Scripts:
         self.node_claim: Any = register(NODE_CLAIM_LUA)
         self.node_heartbeat: Any = register(NODE_HEARTBEAT_LUA)
         self.node_swept: Any = register(NODE_SWEPT_LUA)
-        self.put_if_session: Any = register(PUT_IF_SESSION_LUA)
+        self.put_participant: Any = register(PUT_PARTICIPANT_LUA)
+        self.remove_participant: Any = register(REMOVE_PARTICIPANT_LUA)
         self.rename: Any = register(RENAME_LUA)
         self.unlock: Any = register(UNLOCK_LUA)
         self.write_done: Any = register(WRITE_DONE_LUA)

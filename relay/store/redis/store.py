@@ -15,6 +15,7 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
@@ -40,6 +41,7 @@ from .appender import Appender
 from .coordination import Coordination
 from .errors import mapped
 from .framing import (
+    LAYOUT_VERSION,
     credential_dec,
     encode,
     entry_dec,
@@ -49,6 +51,7 @@ from .framing import (
     member_dec,
     pairs,
     participant_dec,
+    stamped,
     text,
 )
 from .keys import (
@@ -64,7 +67,7 @@ from .lease import Lease
 from .lua import Scripts
 from .pubsub import PubSub, Subscription
 
-__all__ = ["RedisStore"]
+__all__ = ["AttachView", "RedisStore"]
 
 _log = logging.getLogger("relay.store.redis")
 
@@ -76,10 +79,35 @@ _POOL_SIZE: Final = 100
 _POOL_WAIT_S: Final = 5.0
 
 
+@dataclass(frozen=True, slots=True)
+class AttachView:
+    """What an attach must know of the rest of its session (:meth:`RedisStore.attach_view`)."""
+
+    nodes: dict[str, int]
+    """node id -> how many records say they are attached there"""
+    own: ParticipantRecord | None
+    """the attaching participant's record, if it has one"""
+    clients: list[ParticipantRecord]
+    """every client-role record"""
+
+    @classmethod
+    def of(cls, records: Sequence[ParticipantRecord], participant_id: str) -> AttachView:
+        """The view of a session from all its records (a layout-1 session keeps no index)."""
+        nodes: dict[str, int] = {}
+        own = None
+        for r in records:
+            if r.attached:
+                nodes[r.node_id] = nodes.get(r.node_id, 0) + 1
+            if r.participant_id == participant_id:
+                own = r
+        return cls(nodes, own, [r for r in records if r.role == "client"])
+
+
 class RedisStore(Store):
     """Store on Redis or Redis Cluster (notes §12 ``redis``)."""
 
     name = "redis"
+    format_version = LAYOUT_VERSION
 
     def __init__(
         self,
@@ -205,11 +233,11 @@ class RedisStore(Store):
     # --- sessions ---------------------------------------------------------------------------
 
     async def create_session(self, header: SessionHeader) -> tuple[SessionHeader, bool]:
+        header = stamped(header)
         k = SessionKeys.of(header.session_id)
+        keys = [k.hdr, k.log, k.ids, k.parts, k.tomb, k.rcv, k.on, k.nodes, k.cli]
         with mapped():
-            reply = await self._scripts.create(
-                keys=[k.hdr, k.log, k.ids, k.parts, k.tomb, k.rcv], args=header_args(header)
-            )
+            reply = await self._scripts.create(keys=keys, args=header_args(header))
             if int(reply[0]) == 1:
                 await self._client.zadd(workspace_index(header.workspace), {header.session_id: 0})
                 return header, True
@@ -281,7 +309,7 @@ class RedisStore(Store):
 
     async def delete_session(self, session_id: str) -> bool:
         k = SessionKeys.of(session_id)
-        keys = [k.hdr, k.log, k.ids, k.parts, k.tomb, k.dl, k.rcv]
+        keys = [k.hdr, k.log, k.ids, k.parts, k.tomb, k.dl, k.rcv, k.on, k.nodes, k.cli]
         existed, workspace, pids = await self._fenced_write(session_id, self._scripts.delete, keys)
         with mapped():
             if workspace is not None:
@@ -302,7 +330,7 @@ class RedisStore(Store):
             header, ended_at=ended_at, ended_at_ms=ended_at_ms, reason=reason, deleted_by=deleted_by
         )
         k = SessionKeys.of(session_id)
-        keys = [k.hdr, k.parts, k.dl]
+        keys = [k.hdr, k.parts, k.dl, k.on, k.nodes, k.cli]
         existed, pids = await self._fenced_write(
             session_id, self._scripts.archive, keys, encode(ended)
         )
@@ -389,6 +417,7 @@ class RedisStore(Store):
         return None if seq is None else int(seq)
 
     async def fork_session(self, source_id: str, header: SessionHeader, at_seq: int) -> bool:
+        header = stamped(header)
         src = SessionKeys.of(source_id)
         dst = SessionKeys.of(header.session_id)
         with mapped():
@@ -407,6 +436,7 @@ class RedisStore(Store):
             head = copied[-1][0] if copied else 0
             first = copied[0][0] if copied else 1
             keys = [dst.hdr, dst.log, dst.ids, dst.parts, dst.tomb, dst.rcv]
+            keys += [dst.on, dst.nodes, dst.cli]
             chunks = [copied[i : i + _FORK_CHUNK] for i in range(0, len(copied), _FORK_CHUNK)]
             chunks = chunks or [[]]
             for i, chunk in enumerate(chunks):
@@ -430,10 +460,12 @@ class RedisStore(Store):
         k = SessionKeys.of(session_id)
         await self._fenced_write(
             session_id,
-            self._scripts.put_if_session,
-            [k.hdr, k.parts],
+            self._scripts.put_participant,
+            [k.hdr, k.parts, k.on, k.nodes, k.cli],
             record.participant_id,
             encode(record),
+            record.node_id if record.attached else "",
+            "1" if record.role == "client" else "0",
         )
 
     async def get_participant(
@@ -453,7 +485,30 @@ class RedisStore(Store):
     async def remove_participant(self, session_id: str, participant_id: str) -> None:
         k = SessionKeys.of(session_id)
         with mapped():
-            await self._client.hdel(k.parts, participant_id)
+            await self._scripts.remove_participant(
+                keys=[k.parts, k.on, k.nodes, k.cli], args=[participant_id]
+            )
+
+    async def attach_view(self, session_id: str, participant_id: str = "") -> AttachView:
+        """Who is attached on which node, ``participant_id``'s record and the client records,
+        in one read whose size does not grow with the session's audience (layout 2; a
+        layout-1 session is read whole). Empty for a session that does not exist."""
+        k = SessionKeys.of(session_id)
+        with mapped():
+            reply = await self._scripts.attach_view(
+                keys=[k.hdr, k.parts, k.nodes, k.cli], args=[participant_id]
+            )
+        layout = int(reply[0])
+        if layout == 0:
+            return AttachView({}, None, [])
+        if layout == 1:
+            return AttachView.of([participant_dec.decode(r) for r in reply[1]], participant_id)
+        _layout, nodes, own, clients = reply
+        return AttachView(
+            {text(n): int(c) for n, c in pairs(nodes).items()},
+            None if own is None else participant_dec.decode(own),
+            [participant_dec.decode(r) for r in clients],
+        )
 
     async def set_deadline(self, deadline: Deadline) -> None:
         k = SessionKeys.of(deadline.session_id)

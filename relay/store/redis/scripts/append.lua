@@ -11,7 +11,7 @@
 --   increasing with every call. A retry of the writer's last call gets its first answer; a
 --   copy of an older call that reaches Redis late (a timed-out connection, a delaying proxy)
 --   is refused STALE, never applied after the writer's newer batches.
--- ARGV[6] the caller's FORMAT_VERSION (a newer header is refused)
+-- ARGV[6] the caller's LAYOUT_VERSION (a session of a newer layout is refused)
 -- ARGV[7] msgpack array of the entries, each an array of seven strings:
 --   message_id | msgpack(message_id) msgpack(type) | head | tail
 --   | msgpack(sender_id) msgpack(sender_role) msgpack(exclude) msgpack(edges_only)
