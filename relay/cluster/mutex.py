@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import secrets
 from collections.abc import AsyncIterator
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from protocol.errors import StoreError, StoreUnavailableError
 
@@ -21,6 +21,9 @@ from ..session import Session
 from ..store.base import ParticipantRecord
 from .following import Following
 from .shared import NodeShared, check_cancelled
+
+if TYPE_CHECKING:
+    from ..store.redis import AttachView
 
 __all__ = ["MUTEX_TTL_MS", "SessionMutex"]
 
@@ -49,8 +52,11 @@ class SessionMutex:
         finally:
             await self.release(session)
 
-    async def enter(self, session: Session) -> None:
-        """Take the mutex (waiting out a dead holder's TTL), hold the session, catch up."""
+    async def enter(self, session: Session, participant_id: str = "") -> AttachView:
+        """Take the mutex (waiting out a dead holder's TTL), hold the session, catch up.
+
+        Returns the session's participants as the store has them now (``participant_id``'s
+        own record among them): under the mutex only a node's death changes them."""
         shared = self.shared
         store = shared.store
         token = secrets.token_hex(8)
@@ -70,13 +76,15 @@ class SessionMutex:
             # too, so a paused node's late write cannot land after it.
             await shared.hold(session.id)
             await self.following.sync(session)
-            await self.refresh_client(session)
+            view = await store.attach_view(session.id, participant_id)
+            await self.refresh_client(session, view.clients)
         except StoreError as exc:
             await self.release(session)
             self.following.store_failed(session)
             if isinstance(exc, StoreUnavailableError):
                 raise
             raise StoreUnavailableError(str(exc)) from exc
+        return view
 
     async def release(self, session: Session) -> None:
         """Let go of the mutex; forget our hold on a session we no longer serve."""

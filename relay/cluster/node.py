@@ -121,8 +121,7 @@ class ClusterNode:
 
     async def detaching(self, session: Session, participant: Participant) -> bool:
         """Take the mutex; True when the participant's record is still ours to write."""
-        await self.mutex.enter(session)
-        record = await self.shared.store.get_participant(session.id, participant.id)
+        record = (await self.mutex.enter(session, participant.id)).own
         return (
             record is not None
             and record.attached

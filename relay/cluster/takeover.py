@@ -23,7 +23,7 @@ from .mutex import SessionMutex
 from .shared import FENCE, FENCED, NodeShared, control
 
 if TYPE_CHECKING:
-    from ..store.redis import Published
+    from ..store.redis import AttachView, Published
 
 __all__ = ["Takeover"]
 
@@ -48,10 +48,13 @@ class Takeover:
     ) -> AsyncIterator[None]:
         """Hold the mutex around an attach and apply the cross-node rules first."""
         await self._lease_renewed()
-        async with self.mutex.guard(session):
+        view = await self.mutex.enter(session, participant_id or "")
+        try:
             if not session.terminated:
-                await self._admit(session, role, participant_id)
+                await self._admit(session, role, participant_id, view)
             yield
+        finally:
+            await self.mutex.release(session)
 
     async def _lease_renewed(self) -> None:
         """Wait (bounded) while a session has fenced our lease and the next heartbeat has not
@@ -62,17 +65,20 @@ class Takeover:
         while self.shared.rejoin and loop.time() < deadline:
             await asyncio.sleep(self.shared.heartbeat_s / _LEASE_WAIT_BEATS)
 
-    async def _admit(self, session: Session, role: str, participant_id: str | None) -> None:
+    async def _admit(
+        self, session: Session, role: str, participant_id: str | None, view: AttachView
+    ) -> None:
+        """Refuse a second client, fence our own connection on another node, recover what a
+        dead node left attached; ``view``: the participants as the mutex found them."""
         shared = self.shared
         store = shared.store
         if shared.rejoin:  # still (or again) without a lease of our own: see _lease_renewed
             raise StoreUnavailableError("this node is taking a new lease; attach again")
         # Held before the record says "attached here": if we die, the sweep finds the session.
         await shared.hold(session.id, again=True)
-        # Only what the rules need (the nodes with attached records, this participant's own
-        # record, the client records): not every record, so a storm of N viewers costs N reads.
-        key = participant_id or ""
-        view = await store.attach_view(session.id, key)
+        # The view holds only what the rules need (the nodes with attached records, this
+        # participant's own record, the client records): not every record, so a storm of N
+        # viewers of one session costs N small reads, not N².
         remote = [node for node in view.nodes if node != shared.id]
         if not remote:
             return
@@ -86,7 +92,7 @@ class Takeover:
             await self.following.sync(session)
             await recover_locked(session, node, shared.metrics.recovered, fenced_epoch=epoch)
         if dead:
-            view = await store.attach_view(session.id, key)
+            view = await store.attach_view(session.id, participant_id or "")
             await self.mutex.refresh_client(session, view.clients)
 
         def elsewhere(record: ParticipantRecord) -> bool:
