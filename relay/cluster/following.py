@@ -197,7 +197,14 @@ class Following:
                 raise StoreUnavailableError("the store is unavailable")
             return
         store = self.shared.store
-        for entry in await store.read(session.id, after_seq=session.head, before_seq=before):
+        await self.apply(
+            session, await store.read(session.id, after_seq=session.head, before_seq=before)
+        )
+
+    async def apply(self, session: Session, entries: Sequence[LogEntry]) -> None:
+        """Fold and deliver what we lack of ``entries`` (read after ``session.head``; caller
+        holds the lock and the session is not stale)."""
+        for entry in entries:
             await self._apply(session, entry)
 
     async def _repair_presence(self, session: Session, decoded: Sequence[Decoded]) -> None:

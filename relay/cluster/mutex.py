@@ -64,7 +64,19 @@ class SessionMutex:
         deadline = loop.time() + _MUTEX_WAIT_S
         delay = 0.002
         try:
-            while not await store.lock_session(session.id, token, MUTEX_TTL_MS):
+            while True:
+                # The mutex, the log after what we hold and the participants: one round trip
+                # (a session to refold from scratch reads its log after).
+                stale = session.id in self.following.stale
+                entered = await store.enter_session(
+                    session.id,
+                    token,
+                    MUTEX_TTL_MS,
+                    participant_id=participant_id,
+                    after_seq=None if stale else session.head,
+                )
+                if entered is not None:
+                    break
                 check_cancelled()
                 if loop.time() > deadline:
                     raise StoreUnavailableError(f"session {session.id}'s mutex stays taken")
@@ -75,8 +87,11 @@ class SessionMutex:
             # recovery): if we are declared dead meanwhile, the sweep fences this session
             # too, so a paused node's late write cannot land after it.
             await shared.hold(session.id)
-            await self.following.sync(session)
-            view = await store.attach_view(session.id, participant_id)
+            if entered.entries is None or session.id in self.following.stale:
+                await self.following.sync(session)
+            else:
+                await self.following.apply(session, entered.entries)
+            view = entered.view
             await self.refresh_client(session, view.clients)
         except StoreError as exc:
             await self.release(session)

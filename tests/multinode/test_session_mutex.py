@@ -18,7 +18,9 @@ import pytest
 import relay.cluster.mutex
 from relay.fanout import Outbox
 from relay.server import Master
-from relay.store.redis import RedisStore
+from relay.store.base import ParticipantRecord
+from relay.store.redis import AttachView, RedisStore
+from tests.contract.test_store_contract import entry, header
 from tests.e2e.conftest import API_KEY
 from tests.e2e.conftest import test_settings as settings_for
 from tests.e2e.util import http
@@ -74,6 +76,32 @@ async def test_a_holder_working_past_the_ttl_keeps_the_mutex(
     await contender.unlock_session(s, "contender")
 
 
+async def test_entering_takes_the_mutex_and_reads_what_its_holder_lacks(
+    stores: Callable[[], RedisStore],
+) -> None:
+    """enter_session is lock_session (renewed past the TTL, refused while held) that also
+    returns the log after the holder's seq and the participants' view; refused, it reads
+    nothing."""
+    holder, contender = stores(), stores()
+    h = header()
+    await holder.create_session(h)
+    s = h.session_id
+    await holder.append(s, [entry("m1"), entry("m2"), entry("m3")])
+    client = ParticipantRecord(participant_id="c", role="client", attached=True, node_id="N2")
+    await holder.put_participant(s, client)
+    entered = await holder.enter_session(s, "holder", _TTL_MS, participant_id="c", after_seq=1)
+    assert entered is not None
+    assert [e.message_id for e in entered.entries or []] == ["m2", "m3"]
+    assert entered.view == AttachView({"N2": 1}, client, [client])
+    assert await contender.enter_session(s, "contender", _TTL_MS, after_seq=0) is None
+    await stays_refused(contender, s, 4 * _TTL_MS / 1000)
+    await holder.unlock_session(s, "holder")
+    again = await contender.enter_session(s, "contender", _TTL_MS)
+    assert again is not None
+    assert again.entries is None  # no log asked for
+    await contender.unlock_session(s, "contender")
+
+
 async def test_extend_is_token_checked(stores: Callable[[], RedisStore]) -> None:
     """Only the holder's token renews the mutex; once released, nobody's does."""
     holder, other = stores(), stores()
@@ -101,7 +129,8 @@ async def test_a_store_that_stops_renewing_loses_the_mutex_after_its_ttl(
 
 _HOLDER = """
 import asyncio, sys
-from relay.store.redis import RedisStore
+from relay.store.base import ParticipantRecord
+from relay.store.redis import AttachView, RedisStore
 
 async def main() -> None:
     store = RedisStore(sys.argv[1])

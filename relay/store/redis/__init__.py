@@ -23,13 +23,14 @@ from __future__ import annotations
 from .errors import NodeFencedError
 from .lua import APPEND_LUA, FENCE_LUA, NODE_CLAIM_LUA
 from .pubsub import Published, Subscription
-from .store import AttachView, RedisStore
+from .store import AttachView, Entered, RedisStore
 
 __all__ = [
     "APPEND_LUA",
     "FENCE_LUA",
     "NODE_CLAIM_LUA",
     "AttachView",
+    "Entered",
     "NodeFencedError",
     "Published",
     "RedisStore",

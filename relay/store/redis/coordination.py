@@ -166,11 +166,16 @@ class Coordination:
         with mapped():
             taken = bool(await self._client.set(key, token, nx=True, px=ttl_ms))
         if taken:
-            held = self._held[(session_id, token)] = _Held()
-            held.task = asyncio.get_running_loop().create_task(
-                self._renew(session_id, token, ttl_ms, held)
-            )
+            self.renew(session_id, token, ttl_ms)
         return taken
+
+    def renew(self, session_id: str, token: str, ttl_ms: int) -> None:
+        """Renew the mutex ``token`` has just taken (here or by a script) until
+        :meth:`unlock_session`, as :meth:`lock_session` does."""
+        held = self._held[(session_id, token)] = _Held()
+        held.task = asyncio.get_running_loop().create_task(
+            self._renew(session_id, token, ttl_ms, held)
+        )
 
     async def extend_session_lock(self, session_id: str, token: str, ttl_ms: int) -> bool:
         """Set the mutex's time to live to ``ttl_ms`` again if ``token`` still holds it;

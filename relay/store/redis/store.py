@@ -61,13 +61,14 @@ from .keys import (
     SessionKeys,
     channel,
     credential_key,
+    mutex_key,
     workspace_index,
 )
 from .lease import Lease
 from .lua import Scripts
 from .pubsub import PubSub, Subscription
 
-__all__ = ["AttachView", "RedisStore"]
+__all__ = ["AttachView", "Entered", "RedisStore"]
 
 _log = logging.getLogger("relay.store.redis")
 
@@ -101,6 +102,15 @@ class AttachView:
             if r.participant_id == participant_id:
                 own = r
         return cls(nodes, own, [r for r in records if r.role == "client"])
+
+
+@dataclass(frozen=True, slots=True)
+class Entered:
+    """What a session's mutex holder found on taking it (:meth:`RedisStore.enter_session`)."""
+
+    entries: list[LogEntry] | None
+    """the log after the seq asked for (None: not asked)"""
+    view: AttachView
 
 
 class RedisStore(Store):
@@ -493,21 +503,63 @@ class RedisStore(Store):
         """Who is attached on which node, ``participant_id``'s record and the client records,
         in one read whose size does not grow with the session's audience (layout 2; a
         layout-1 session is read whole). Empty for a session that does not exist."""
+        read = await self._read_view(session_id, participant_id)
+        assert read is not None  # only a mutex taken by another reads nothing
+        return read.view
+
+    async def enter_session(
+        self,
+        session_id: str,
+        token: str,
+        ttl_ms: int,
+        *,
+        participant_id: str = "",
+        after_seq: int | None = None,
+    ) -> Entered | None:
+        """Take the session's mutex (as :meth:`lock_session`, renewed while held) and, in the
+        same round trip, read what its holder needs: the log after ``after_seq`` (None: none)
+        and :meth:`attach_view`. None when another holds the mutex."""
+        entered = await self._read_view(
+            session_id, participant_id, token=token, ttl_ms=ttl_ms, after_seq=after_seq
+        )
+        if entered is not None:
+            self.coordination.renew(session_id, token, ttl_ms)
+        return entered
+
+    async def _read_view(
+        self,
+        session_id: str,
+        participant_id: str,
+        *,
+        token: str = "",
+        ttl_ms: int = 0,
+        after_seq: int | None = None,
+    ) -> Entered | None:
         k = SessionKeys.of(session_id)
+        keys = [k.hdr, k.parts, k.nodes, k.cli, mutex_key(session_id), k.log]
+        first = "" if after_seq is None else max(after_seq + 1, 1)
         with mapped():
             reply = await self._scripts.attach_view(
-                keys=[k.hdr, k.parts, k.nodes, k.cli], args=[participant_id]
+                keys=keys, args=[participant_id, token, ttl_ms, first]
             )
-        layout = int(reply[0])
+        if int(reply[0]) == 0:
+            return None
+        _taken, log, view = reply
+        entries = None if after_seq is None else [entry_dec.decode(row[1][1]) for row in log]
+        layout = int(view[0])
         if layout == 0:
-            return AttachView({}, None, [])
+            return Entered(entries, AttachView({}, None, []))
         if layout == 1:
-            return AttachView.of([participant_dec.decode(r) for r in reply[1]], participant_id)
-        _layout, nodes, own, clients = reply
-        return AttachView(
-            {text(n): int(c) for n, c in pairs(nodes).items()},
-            None if own is None else participant_dec.decode(own),
-            [participant_dec.decode(r) for r in clients],
+            records = [participant_dec.decode(r) for r in view[1]]
+            return Entered(entries, AttachView.of(records, participant_id))
+        _layout, nodes, own, clients = view
+        return Entered(
+            entries,
+            AttachView(
+                {text(n): int(c) for n, c in pairs(nodes).items()},
+                None if own is None else participant_dec.decode(own),
+                [participant_dec.decode(r) for r in clients],
+            ),
         )
 
     async def set_deadline(self, deadline: Deadline) -> None:
