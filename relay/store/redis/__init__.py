@@ -11,6 +11,7 @@ One module per job, each importing only those below it:
 ``lease.py``        this node's lease epoch as its writes carry it (pinned for REST), the
                     fencing answer, REST write holds
 ``pubsub.py``       :class:`Subscription`: following the batches every node appends
+``pool.py``         the connections to one Redis: a pool that waits when all are busy
 ``lua.py``          the Lua scripts (``scripts/*.lua``), read once at import
 ``framing.py``      msgpack: what the scripts are sent, what Redis hands back
 ``errors.py``       redis-py's failures as the store's errors

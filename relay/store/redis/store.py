@@ -66,6 +66,7 @@ from .keys import (
 )
 from .lease import Lease
 from .lua import Scripts
+from .pool import WaitingPool
 from .pubsub import PubSub, Subscription
 
 __all__ = ["AttachView", "Entered", "RedisStore"]
@@ -147,7 +148,7 @@ class RedisStore(Store):
             # command fails at once, unavailable (docs/operations.md §2).
             self._client: Any = RedisCluster.from_url(url, **options)
         else:
-            pool = aioredis.BlockingConnectionPool.from_url(
+            pool = WaitingPool.from_url(
                 url, **{"max_connections": _POOL_SIZE, "timeout": _POOL_WAIT_S, **options}
             )
             self._client = aioredis.Redis.from_pool(pool)  # closed with the client
