@@ -21,6 +21,7 @@ from protocol import codec, names
 from protocol.errors import (
     CloseCode,
     Forbidden,
+    FormatVersionError,
     NoSuchSession,
     SessionGone,
     StoreError,
@@ -402,8 +403,9 @@ class Hub:
                     # Unloaded while the expiry waited for it: the claimed deadline goes
                     # back, and the next tick expires the participant in the reloaded one.
                     await self.store.set_deadline(deadline)
-        except StoreUnavailableError:
-            # Put it back so this or another node retries once the store is back.
+        except (StoreUnavailableError, FormatVersionError):
+            # Put it back so this or another node retries once the store is back, or a
+            # node of the newer build that wrote the session expires it (a rolling upgrade).
             with contextlib.suppress(StoreUnavailableError):
                 await self.store.set_deadline(deadline)
         except Exception:

@@ -20,6 +20,8 @@ from protocol.errors import FormatVersionError, StoreUnavailableError
 from relay.store import MemoryStore, open_store
 from relay.store.base import AppendResult, Deadline, ParticipantRecord
 from relay.store.redis import NodeFencedError, RedisStore
+from relay.store.redis.framing import encode
+from relay.store.redis.keys import DEADLINES, EARLIER_DEADLINES
 from tests.contract.conftest import Backend
 from tests.contract.test_store_contract import entry, header, new_session
 from tests.support.redis_server import (
@@ -182,6 +184,27 @@ async def _fenced(backend: Backend, node_id: str) -> tuple[RedisStore, RedisStor
     assert epoch is not None
     assert await sweeper.fence_node(s, node_id, epoch)
     return node, sweeper, s, epoch
+
+
+@single_redis
+async def test_deadlines_an_earlier_build_armed_are_claimed_and_ours_are_not_where_it_looks(
+    backend: Backend,
+) -> None:
+    """This build arms deadlines where a build before layout 2 never claims them (it would
+    drop one of a session it cannot read), and still claims and disarms the earlier ones."""
+    assert backend.server is not None
+    store = redis_store(backend)
+    s = await new_session(store)
+    with contextlib.closing(backend.server.client()) as raw:
+        for pid, due in (("p-early", 50), ("p-early-gone", 60)):
+            raw.zadd(EARLIER_DEADLINES, {encode((s, pid)): due})  # as an earlier build arms
+        await store.set_deadline(Deadline(session_id=s, participant_id="p-ours", due_ms=70))
+        assert raw.zcard(EARLIER_DEADLINES) == 2
+        await store.clear_deadline(s, "p-early-gone")
+        assert raw.zcard(EARLIER_DEADLINES) == 1
+        claimed = await store.claim_due_deadlines(10_000)
+        assert sorted(d.participant_id for d in claimed) == ["p-early", "p-ours"]
+        assert raw.zcard(EARLIER_DEADLINES) == raw.zcard(DEADLINES) == 0
 
 
 @redis_backends

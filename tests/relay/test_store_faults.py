@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from protocol.errors import (
     StoreUnavailableError,
 )
 from relay.server import Master
-from relay.store.base import AppendResult, NewEntry
+from relay.store.base import AppendResult, Deadline, NewEntry, SessionHeader
 from tests.e2e.conftest import API_KEY
 from tests.e2e.conftest import test_settings as settings_for
 from tests.e2e.util import http
@@ -563,3 +564,22 @@ async def test_a_read_whose_load_the_store_fails_answers_503_store_unavailable(
         assert (status, body["code"]) == (503, "store_unavailable"), body
         status, body = await http(master, "GET", f"/v1/sessions/{sid}")
         assert status == 200, body
+
+
+async def test_a_deadline_of_a_session_a_newer_build_wrote_is_put_back_not_dropped(
+    master: Master,
+) -> None:
+    """During a rolling upgrade a node may claim the deadline of a session it cannot read:
+    it leaves it for a node that can (never dropped, so that participant still expires)."""
+    newer = SessionHeader(
+        session_id="s-newer-format",
+        workspace="default",
+        created_at="2026-12-03T00:00:00Z",
+        epoch="e",
+        format_version=master.store.format_version + 1,
+    )
+    await master.store.create_session(newer)
+    due_ms = int(time.time() * 1000) + 60_000  # not claimed by the hub's own ticks meanwhile
+    deadline = Deadline(session_id=newer.session_id, participant_id="p-1", due_ms=due_ms)
+    await master.hub._expire(deadline)
+    assert await master.store.claim_due_deadlines(due_ms + 1) == [deadline]

@@ -23,7 +23,10 @@ cluster slot and each per-session operation is one atomic Lua script:
 ``rawp:{S}:tomb``           tombstone left by delete
 ``rawp:{S}:pub``            pub/sub channel: msgpack ``[node_id, [LogEntry, ...]]`` per append
 ``rawp:ws:<workspace>``     sorted set (score 0) of the workspace's session ids: lex paging
-``rawp:{~dl}:due``          sorted set of every deadline, member msgpack ``[S, participant]``
+``rawp:{~dl}:due:2``        sorted set of every deadline, member msgpack ``[S, participant]``
+``rawp:{~dl}:due``          the same, as builds before layout 2 arm them: claimed and
+                            disarmed too, never armed (such a build drops a deadline it
+                            claims of a session it cannot read, so it must not see ours)
 ``rawp:{~ar}:ended``        sorted set of archived session ids, score ended_at_ms
 ``rawp:cred:<digest>``      msgpack Credential
 ``rawp:{S}:mutex``          the session's cross-node mutex (token, PX): who its client is and
@@ -59,6 +62,7 @@ __all__ = [
     "ARCHIVED",
     "CLAIM_MEMO",
     "DEADLINES",
+    "EARLIER_DEADLINES",
     "NODES_ALL",
     "NODES_EPOCH",
     "NODES_HELD",
@@ -73,7 +77,8 @@ __all__ = [
     "workspace_index",
 ]
 
-DEADLINES: Final = "rawp:{~dl}:due"
+DEADLINES: Final = "rawp:{~dl}:due:2"
+EARLIER_DEADLINES: Final = "rawp:{~dl}:due"  # armed by builds before layout 2
 CLAIM_MEMO: Final = "rawp:{~dl}:claim:"
 ARCHIVED: Final = "rawp:{~ar}:ended"  # sorted set: archived session id, score ended_at_ms
 # node coordination keys share one slot, so the node scripts may touch several at once

@@ -17,6 +17,7 @@ __all__ = [
     "CLAIM_LUA",
     "CREATE_LUA",
     "DELETE_LUA",
+    "DISARM_LUA",
     "EXTEND_LUA",
     "FENCE_LUA",
     "FORK_LUA",
@@ -49,6 +50,7 @@ SOURCES: Final[dict[str, str]] = {
         "claim_deadlines",
         "create",
         "delete",
+        "disarm",
         "extend",
         "fence",
         "fork",
@@ -71,6 +73,7 @@ ATTACH_VIEW_LUA: Final = SOURCES["attach_view"]
 CLAIM_LUA: Final = SOURCES["claim_deadlines"]
 CREATE_LUA: Final = SOURCES["create"]
 DELETE_LUA: Final = SOURCES["delete"]
+DISARM_LUA: Final = SOURCES["disarm"]
 EXTEND_LUA: Final = SOURCES["extend"]
 FENCE_LUA: Final = SOURCES["fence"]
 FORK_LUA: Final = SOURCES["fork"]
@@ -97,6 +100,7 @@ class Scripts:
         self.claim_deadlines: Any = register(CLAIM_LUA)
         self.create: Any = register(CREATE_LUA)
         self.delete: Any = register(DELETE_LUA)
+        self.disarm: Any = register(DISARM_LUA)
         self.extend: Any = register(EXTEND_LUA)
         self.fence: Any = register(FENCE_LUA)
         self.fork: Any = register(FORK_LUA)

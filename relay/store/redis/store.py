@@ -58,6 +58,7 @@ from .keys import (
     ARCHIVED,
     CLAIM_MEMO,
     DEADLINES,
+    EARLIER_DEADLINES,
     SessionKeys,
     channel,
     credential_key,
@@ -326,8 +327,7 @@ class RedisStore(Store):
             if workspace is not None:
                 await self._client.zrem(workspace_index(text(workspace)), session_id)
             if pids:
-                members = [encode((session_id, text(p))) for p in pids]
-                await self._client.zrem(DEADLINES, *members)
+                await self._disarm(session_id, [text(p) for p in pids])
             await self._client.zrem(ARCHIVED, session_id)
         return bool(existed)
 
@@ -347,8 +347,7 @@ class RedisStore(Store):
         )
         with mapped():
             if pids:
-                members = [encode((session_id, text(p))) for p in pids]
-                await self._client.zrem(DEADLINES, *members)
+                await self._disarm(session_id, [text(p) for p in pids])
             if existed:
                 await self._client.zadd(ARCHIVED, {session_id: ended_at_ms})
         return bool(existed)
@@ -573,9 +572,15 @@ class RedisStore(Store):
 
     async def clear_deadline(self, session_id: str, participant_id: str) -> None:
         k = SessionKeys.of(session_id)
+        await self._disarm(session_id, [participant_id])
         with mapped():
-            await self._client.zrem(DEADLINES, encode((session_id, participant_id)))
             await self._client.srem(k.dl, participant_id)
+
+    async def _disarm(self, session_id: str, participant_ids: list[str]) -> None:
+        """Drop these deadlines of the session from this build's set and the earlier one."""
+        members = [encode((session_id, p)) for p in participant_ids]
+        with mapped():
+            await self._scripts.disarm(keys=[DEADLINES, EARLIER_DEADLINES], args=members)
 
     async def participant_and_received(
         self, session_id: str, participant_id: str
@@ -604,7 +609,9 @@ class RedisStore(Store):
             return []
         memo = CLAIM_MEMO + secrets.token_hex(12)
         with mapped():
-            flat = await self._scripts.claim_deadlines(keys=[DEADLINES, memo], args=[now_ms, limit])
+            flat = await self._scripts.claim_deadlines(
+                keys=[DEADLINES, EARLIER_DEADLINES, memo], args=[now_ms, limit]
+            )
         out: list[Deadline] = []
         for member, score in zip(flat[::2], flat[1::2], strict=True):
             session_id, participant_id = member_dec.decode(member)
