@@ -182,8 +182,17 @@ class Following:
                 await self.sync(session, before=entry.seq)
             await self._apply(session, entry)
 
-    async def sync(self, session: Session, before: int | None = None) -> None:
-        """Catch up with the log (caller holds the lock): fold and deliver what we lack."""
+    async def sync(
+        self,
+        session: Session,
+        before: int | None = None,
+        *,
+        read: Sequence[LogEntry] | None = None,
+    ) -> None:
+        """Catch up with the log (caller holds the lock): fold and deliver what we lack.
+
+        ``read``: the log after ``session.head``, already read by the caller (the mutex's
+        entry); a stale session refolds from the store all the same."""
         metrics = self.shared.metrics
         if session.id in self.stale:
             # The state may hold frames that were never logged: refold it from scratch.
@@ -196,15 +205,10 @@ class Following:
             if session.id in self.stale:
                 raise StoreUnavailableError("the store is unavailable")
             return
-        store = self.shared.store
-        await self.apply(
-            session, await store.read(session.id, after_seq=session.head, before_seq=before)
-        )
-
-    async def apply(self, session: Session, entries: Sequence[LogEntry]) -> None:
-        """Fold and deliver what we lack of ``entries`` (read after ``session.head``; caller
-        holds the lock and the session is not stale)."""
-        for entry in entries:
+        if read is None:
+            store = self.shared.store
+            read = await store.read(session.id, after_seq=session.head, before_seq=before)
+        for entry in read:
             await self._apply(session, entry)
 
     async def _repair_presence(self, session: Session, decoded: Sequence[Decoded]) -> None:

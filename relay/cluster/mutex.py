@@ -44,11 +44,12 @@ class SessionMutex:
         return session_id in self._tokens
 
     @contextlib.asynccontextmanager
-    async def guard(self, session: Session) -> AsyncIterator[None]:
-        """Hold the session's mutex, caught up with the log (caller holds ``session.lock``)."""
-        await self.enter(session)
+    async def guard(self, session: Session, participant_id: str = "") -> AsyncIterator[AttachView]:
+        """Hold the session's mutex, caught up with the log (caller holds ``session.lock``);
+        yields what :meth:`enter` read of its participants."""
+        view = await self.enter(session, participant_id)
         try:
-            yield
+            yield view
         finally:
             await self.release(session)
 
@@ -87,12 +88,9 @@ class SessionMutex:
             # recovery): if we are declared dead meanwhile, the sweep fences this session
             # too, so a paused node's late write cannot land after it.
             await shared.hold(session.id)
-            if entered.entries is None or session.id in self.following.stale:
-                await self.following.sync(session)
-            else:
-                await self.following.apply(session, entered.entries)
+            await self.following.sync(session, read=entered.entries)
             view = entered.view
-            await self.refresh_client(session, view.clients)
+            self.refresh_client(session, view.clients)
         except StoreError as exc:
             await self.release(session)
             self.following.store_failed(session)
@@ -118,13 +116,8 @@ class SessionMutex:
         ):
             await shared.release_held(session.id)
 
-    async def refresh_client(
-        self, session: Session, clients: list[ParticipantRecord] | None = None
-    ) -> None:
-        """``session.client_id`` as the store has it (another node may have changed it).
-
-        ``clients``: the session's client records, when the caller has just read them."""
-        if clients is None:
-            clients = (await self.shared.store.attach_view(session.id)).clients
+    def refresh_client(self, session: Session, clients: list[ParticipantRecord]) -> None:
+        """``session.client_id`` as the store has it (another node may have changed it):
+        ``clients``, the session's client records, just read under the mutex."""
         ranked = sorted(clients, key=lambda r: not r.attached)
         session.client_id = ranked[0].participant_id if ranked else None

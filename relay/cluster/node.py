@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
 
 import structlog
@@ -109,9 +109,11 @@ class ClusterNode:
 
     # --- the hooks a session calls (relay.coordination.Coordinator) ---------------------
 
-    def guard(self, session: Session) -> contextlib.AbstractAsyncContextManager[None]:
+    @contextlib.asynccontextmanager
+    async def guard(self, session: Session) -> AsyncIterator[None]:
         """Hold the session's mutex, caught up with the log (caller holds ``session.lock``)."""
-        return self.mutex.guard(session)
+        async with self.mutex.guard(session):
+            yield
 
     def attaching(
         self, session: Session, role: str, participant_id: str | None

@@ -48,13 +48,10 @@ class Takeover:
     ) -> AsyncIterator[None]:
         """Hold the mutex around an attach and apply the cross-node rules first."""
         await self._lease_renewed()
-        view = await self.mutex.enter(session, participant_id or "")
-        try:
+        async with self.mutex.guard(session, participant_id or "") as view:
             if not session.terminated:
                 await self._admit(session, role, participant_id, view)
             yield
-        finally:
-            await self.mutex.release(session)
 
     async def _lease_renewed(self) -> None:
         """Wait (bounded) while a session has fenced our lease and the next heartbeat has not
@@ -93,7 +90,7 @@ class Takeover:
             await recover_locked(session, node, shared.metrics.recovered, fenced_epoch=epoch)
         if dead:
             view = await store.attach_view(session.id, participant_id or "")
-            await self.mutex.refresh_client(session, view.clients)
+            self.mutex.refresh_client(session, view.clients)
 
         def elsewhere(record: ParticipantRecord) -> bool:
             """Attached on another node that is alive (the dead were recovered above)."""

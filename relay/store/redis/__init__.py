@@ -22,9 +22,10 @@ One module per job, each importing only those below it:
 from __future__ import annotations
 
 from .errors import NodeFencedError
+from .framing import AttachView
 from .lua import APPEND_LUA, FENCE_LUA, NODE_CLAIM_LUA
 from .pubsub import Published, Subscription
-from .store import AttachView, Entered, RedisStore
+from .store import Entered, RedisStore
 
 __all__ = [
     "APPEND_LUA",

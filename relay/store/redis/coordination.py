@@ -166,12 +166,12 @@ class Coordination:
         with mapped():
             taken = bool(await self._client.set(key, token, nx=True, px=ttl_ms))
         if taken:
-            self.renew(session_id, token, ttl_ms)
+            self.renew_while_held(session_id, token, ttl_ms)
         return taken
 
-    def renew(self, session_id: str, token: str, ttl_ms: int) -> None:
-        """Renew the mutex ``token`` has just taken (here or by a script) until
-        :meth:`unlock_session`, as :meth:`lock_session` does."""
+    def renew_while_held(self, session_id: str, token: str, ttl_ms: int) -> None:
+        """Start renewing the mutex ``token`` has just taken (here or by a script), every
+        third of ``ttl_ms``, until :meth:`unlock_session`."""
         held = self._held[(session_id, token)] = _Held()
         held.task = asyncio.get_running_loop().create_task(
             self._renew(session_id, token, ttl_ms, held)

@@ -8,7 +8,8 @@ that layout on this side, scripts/append.lua on the other.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
+from dataclasses import dataclass
+from typing import Any, Final
 
 import msgspec
 
@@ -23,6 +24,7 @@ from ..base import (
 
 __all__ = [
     "LAYOUT_VERSION",
+    "AttachView",
     "array_header",
     "credential_dec",
     "encode",
@@ -120,6 +122,44 @@ def text(value: bytes | str) -> str:
 def pairs(flat: list[bytes]) -> dict[bytes, bytes]:
     """A flat HGETALL-style reply as a mapping."""
     return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+@dataclass(frozen=True, slots=True)
+class AttachView:
+    """What an attach must know of the rest of its session (``RedisStore.attach_view``)."""
+
+    nodes: dict[str, int]
+    """node id -> how many records say they are attached there"""
+    own: ParticipantRecord | None
+    """the attaching participant's record, if it has one"""
+    clients: list[ParticipantRecord]
+    """every client-role record"""
+
+    @classmethod
+    def of(cls, records: Sequence[ParticipantRecord], participant_id: str) -> AttachView:
+        """The view of a session from all its records (a layout-1 session keeps no index)."""
+        nodes: dict[str, int] = {}
+        own = None
+        for r in records:
+            if r.attached:
+                nodes[r.node_id] = nodes.get(r.node_id, 0) + 1
+            if r.participant_id == participant_id:
+                own = r
+        return cls(nodes, own, [r for r in records if r.role == "client"])
+
+    @classmethod
+    def decoded(cls, reply: list[Any], participant_id: str) -> AttachView:
+        """The view as scripts/attach_view.lua returns it (by the session's layout)."""
+        layout = int(reply[0])
+        if layout < 2:  # no session (0), or one that keeps no index (1): from every record
+            records = reply[1] if layout == 1 else []
+            return cls.of([participant_dec.decode(r) for r in records], participant_id)
+        _layout, nodes, own, clients = reply
+        return cls(
+            {text(n): int(c) for n, c in pairs(nodes).items()},
+            None if own is None else participant_dec.decode(own),
+            [participant_dec.decode(r) for r in clients],
+        )
 
 
 def stamped(header: SessionHeader) -> SessionHeader:

@@ -112,6 +112,14 @@ class SessionKeys:
     nodes: str
     cli: str
 
+    def created(self) -> list[str]:
+        """The keys the create and fork scripts write or clear, in their KEYS order."""
+        return [self.hdr, self.log, self.ids, self.parts, self.tomb, self.rcv, *self.index()]
+
+    def index(self) -> list[str]:
+        """The attached index (layout 2): ``on``, ``nodes``, ``cli``."""
+        return [self.on, self.nodes, self.cli]
+
     @classmethod
     def of(cls, session_id: str) -> SessionKeys:
         """The keys of ``session_id`` (ValueError for an id that cannot be a hash tag)."""

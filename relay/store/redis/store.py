@@ -42,6 +42,7 @@ from .coordination import Coordination
 from .errors import mapped
 from .framing import (
     LAYOUT_VERSION,
+    AttachView,
     credential_dec,
     encode,
     entry_dec,
@@ -70,7 +71,7 @@ from .lua import Scripts
 from .pool import WaitingPool
 from .pubsub import PubSub, Subscription
 
-__all__ = ["AttachView", "Entered", "RedisStore"]
+__all__ = ["Entered", "RedisStore"]
 
 _log = logging.getLogger("relay.store.redis")
 
@@ -80,30 +81,6 @@ _FORK_CHUNK: Final = 512
 # a burst of attaches (a reconnect storm) asks for more at once than any pool holds.
 _POOL_SIZE: Final = 100
 _POOL_WAIT_S: Final = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class AttachView:
-    """What an attach must know of the rest of its session (:meth:`RedisStore.attach_view`)."""
-
-    nodes: dict[str, int]
-    """node id -> how many records say they are attached there"""
-    own: ParticipantRecord | None
-    """the attaching participant's record, if it has one"""
-    clients: list[ParticipantRecord]
-    """every client-role record"""
-
-    @classmethod
-    def of(cls, records: Sequence[ParticipantRecord], participant_id: str) -> AttachView:
-        """The view of a session from all its records (a layout-1 session keeps no index)."""
-        nodes: dict[str, int] = {}
-        own = None
-        for r in records:
-            if r.attached:
-                nodes[r.node_id] = nodes.get(r.node_id, 0) + 1
-            if r.participant_id == participant_id:
-                own = r
-        return cls(nodes, own, [r for r in records if r.role == "client"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,9 +224,8 @@ class RedisStore(Store):
     async def create_session(self, header: SessionHeader) -> tuple[SessionHeader, bool]:
         header = stamped(header)
         k = SessionKeys.of(header.session_id)
-        keys = [k.hdr, k.log, k.ids, k.parts, k.tomb, k.rcv, k.on, k.nodes, k.cli]
         with mapped():
-            reply = await self._scripts.create(keys=keys, args=header_args(header))
+            reply = await self._scripts.create(keys=k.created(), args=header_args(header))
             if int(reply[0]) == 1:
                 await self._client.zadd(workspace_index(header.workspace), {header.session_id: 0})
                 return header, True
@@ -321,7 +297,7 @@ class RedisStore(Store):
 
     async def delete_session(self, session_id: str) -> bool:
         k = SessionKeys.of(session_id)
-        keys = [k.hdr, k.log, k.ids, k.parts, k.tomb, k.dl, k.rcv, k.on, k.nodes, k.cli]
+        keys = [k.hdr, k.log, k.ids, k.parts, k.tomb, k.dl, k.rcv, *k.index()]
         existed, workspace, pids = await self._fenced_write(session_id, self._scripts.delete, keys)
         with mapped():
             if workspace is not None:
@@ -341,7 +317,7 @@ class RedisStore(Store):
             header, ended_at=ended_at, ended_at_ms=ended_at_ms, reason=reason, deleted_by=deleted_by
         )
         k = SessionKeys.of(session_id)
-        keys = [k.hdr, k.parts, k.dl, k.on, k.nodes, k.cli]
+        keys = [k.hdr, k.parts, k.dl, *k.index()]
         existed, pids = await self._fenced_write(
             session_id, self._scripts.archive, keys, encode(ended)
         )
@@ -445,8 +421,7 @@ class RedisStore(Store):
                 low = f"({text(rows[-1][0])}"
             head = copied[-1][0] if copied else 0
             first = copied[0][0] if copied else 1
-            keys = [dst.hdr, dst.log, dst.ids, dst.parts, dst.tomb, dst.rcv]
-            keys += [dst.on, dst.nodes, dst.cli]
+            keys = dst.created()
             chunks = [copied[i : i + _FORK_CHUNK] for i in range(0, len(copied), _FORK_CHUNK)]
             chunks = chunks or [[]]
             for i, chunk in enumerate(chunks):
@@ -471,7 +446,7 @@ class RedisStore(Store):
         await self._fenced_write(
             session_id,
             self._scripts.put_participant,
-            [k.hdr, k.parts, k.on, k.nodes, k.cli],
+            [k.hdr, k.parts, *k.index()],
             record.participant_id,
             encode(record),
             record.node_id if record.attached else "",
@@ -496,7 +471,7 @@ class RedisStore(Store):
         k = SessionKeys.of(session_id)
         with mapped():
             await self._scripts.remove_participant(
-                keys=[k.parts, k.on, k.nodes, k.cli], args=[participant_id]
+                keys=[k.parts, *k.index()], args=[participant_id]
             )
 
     async def attach_view(self, session_id: str, participant_id: str = "") -> AttachView:
@@ -523,7 +498,7 @@ class RedisStore(Store):
             session_id, participant_id, token=token, ttl_ms=ttl_ms, after_seq=after_seq
         )
         if entered is not None:
-            self.coordination.renew(session_id, token, ttl_ms)
+            self.coordination.renew_while_held(session_id, token, ttl_ms)
         return entered
 
     async def _read_view(
@@ -546,21 +521,7 @@ class RedisStore(Store):
             return None
         _taken, log, view = reply
         entries = None if after_seq is None else [entry_dec.decode(row[1][1]) for row in log]
-        layout = int(view[0])
-        if layout == 0:
-            return Entered(entries, AttachView({}, None, []))
-        if layout == 1:
-            records = [participant_dec.decode(r) for r in view[1]]
-            return Entered(entries, AttachView.of(records, participant_id))
-        _layout, nodes, own, clients = view
-        return Entered(
-            entries,
-            AttachView(
-                {text(n): int(c) for n, c in pairs(nodes).items()},
-                None if own is None else participant_dec.decode(own),
-                [participant_dec.decode(r) for r in clients],
-            ),
-        )
+        return Entered(entries, AttachView.decoded(view, participant_id))
 
     async def set_deadline(self, deadline: Deadline) -> None:
         k = SessionKeys.of(deadline.session_id)
