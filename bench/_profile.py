@@ -26,7 +26,7 @@ __all__ = ["AREAS", "markdown_profile", "pyspy_path", "pyspy_record", "summarise
 AREAS: tuple[tuple[str, str], ...] = (
     ("relay/fanout.py", "relay.fanout (outbox, writer)"),
     ("relay/session/", "relay.session (worker, commit, deliver)"),
-    ("relay/ws.py", "relay.ws (reader loop)"),
+    ("relay/ws.py", "relay.ws (connection: hello, attach, frames)"),
     ("relay/store/", "relay.store"),
     ("relay/", "relay (other)"),
     ("protocol/codec.py", "protocol.codec (decode, stamp)"),
@@ -35,6 +35,7 @@ AREAS: tuple[tuple[str, str], ...] = (
     ("prometheus_client", "prometheus_client (metrics)"),
     ("structlog", "structlog"),
     ("websockets/", "websockets (framing, reader, writer)"),
+    ("picows", "picows (upgrade, framing)"),
     ("asyncio/", "asyncio (event loop, tasks, transports)"),
     ("uvloop", "uvloop"),
     ("redis/", "redis-py"),

@@ -34,6 +34,7 @@ from relay.fanout import Outbox
 from relay.hub import Hub
 from relay.server import Master
 from relay.session import Session
+from relay.ws import Connection
 
 __all__ = [
     "DESCRIPTION",
@@ -55,9 +56,10 @@ _CASE_TIMEOUT_S: Final = 5.0
 def inject_delays(mp: pytest.MonkeyPatch, rng: random.Random, max_delay_s: float) -> None:
     """Make our master sleep a random 0–``max_delay_s`` before each step of a connection.
 
-    The steps: a frame handed from the socket to its session (``Session.submit``: frames of
-    one connection stay in order, connections drift apart), an attach (``Hub.attach``) and a
-    detach (``Session.detach``: the master notices a close later). Until the detach is handled,
+    The steps: a message or a close handed from the socket to its connection
+    (``Connection.message``, ``Connection.peer_closed``: those of one connection stay in
+    order, connections drift apart), an attach (``Hub.attach``) and a detach
+    (``Session.detach``: the master notices a close later). Until the detach is handled,
     frames posted to the closed socket count as sent (``Outbox.post``), so the participant's
     cursor includes them — what a master that writes to a dying socket rightly does.
     """
@@ -80,7 +82,45 @@ def inject_delays(mp: pytest.MonkeyPatch, rng: random.Random, max_delay_s: float
 
         mp.setattr(owner, name, wrapper)
 
-    delayed(Session, "submit")
+    # What a socket brings (its messages, its close) reaches the connection later, in order;
+    # its end comes after them (at once when nothing is waiting: a close the master sent
+    # completes on time, only the detach that follows is late).
+    message, closed = Connection.message, Connection.peer_closed
+    gone = Connection.on_ws_disconnected
+    queues: dict[Connection, asyncio.Queue[tuple[Any, ...]]] = {}
+    waiting: Counter[Connection] = Counter()  # its events queued or being handled
+    tasks: set[asyncio.Task[None]] = set()  # ended with the run's loop
+
+    async def read_later(connection: Connection, queue: asyncio.Queue[tuple[Any, ...]]) -> None:
+        while True:
+            event = await queue.get()
+            if event[0] == "gone":
+                gone(connection, event[1])
+                return
+            await asyncio.sleep(rng.uniform(0.0, max_delay_s))
+            if event[0] == "message":
+                message(connection, event[1], event[2])
+            else:
+                closed(connection, event[1])
+            waiting[connection] -= 1
+
+    def later(connection: Connection, *event: Any) -> None:
+        queue = queues.get(connection)
+        if queue is None:
+            queue = queues[connection] = asyncio.Queue()
+            tasks.add(asyncio.get_running_loop().create_task(read_later(connection, queue)))
+        waiting[connection] += 1
+        queue.put_nowait(event)
+
+    def gone_after_the_rest(self: Connection, transport: Any) -> None:
+        if not waiting[self]:
+            gone(self, transport)
+        else:
+            queues[self].put_nowait(("gone", transport))
+
+    mp.setattr(Connection, "message", lambda self, data, text: later(self, "message", data, text))
+    mp.setattr(Connection, "peer_closed", lambda self, code: later(self, "close", code))
+    mp.setattr(Connection, "on_ws_disconnected", gone_after_the_rest)
     delayed(Session, "detach")
     delayed(Hub, "attach")
 

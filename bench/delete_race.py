@@ -47,7 +47,6 @@ from typing import Any, Final, Literal, cast
 import aiohttp
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
-from websockets.protocol import State
 
 from protocol import codec
 from protocol.errors import HandshakeError
@@ -151,16 +150,27 @@ class JitterStore:
 
 
 class FakeSink:
-    """The two socket calls the master makes (hub transport); each yields like I/O would."""
+    """The socket calls the master makes (hub transport): framed writes are kept; a drain and
+    a close yield like I/O would."""
 
     def __init__(self, jitter: _Jitter) -> None:
         self.jitter = jitter
-        self.messages: list[bytes] = []
+        self.written: list[bytes] = []
         self.close_code: int | None = None
 
-    async def send(self, message: bytes, *, text: bool | None = None) -> None:
+    @property
+    def open(self) -> bool:
+        return self.close_code is None
+
+    @property
+    def writable(self) -> bool:
+        return self.close_code is None
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written.append(bytes(data))
+
+    async def drain(self) -> None:
         await self.jitter()
-        self.messages.append(message)
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         if self.close_code is None:
@@ -335,8 +345,6 @@ async def _ws_run(
 ) -> tuple[str, list[str]]:
     """One run over real sockets; the delete in-process or over HTTP (seeded coin)."""
     rng = jitter.rng
-    server = master._ws_server
-    assert server is not None
     first = await connect(master.ws_url, subprotocols=["rawp.1"])  # type: ignore[list-item]
     await first.send(_hello(sid, None).decode())
     first_id = await _recv_welcome(first)
@@ -365,7 +373,7 @@ async def _ws_run(
     _, reopened = await asyncio.gather(delete(rng.randint(0, 12)), reopen(rng.randint(0, 12)))
     await _yields(4 * jitter.max_yields + 8)  # let the close task of a takeover start
     # What the master still keeps open (every earlier run's sockets are closed).
-    live = [c for c in server.connections if c.state is State.OPEN]
+    live = [c for c in master.ws_connections if c.open]
     outcome = _outcome(reopened, await store.get_session(sid) is not None)
     found = await _check(master.hub, store, sid, live)
     await _cleanup(master.hub, sid)

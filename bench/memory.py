@@ -6,9 +6,9 @@ creates 100 sessions and stays attached to each; the master's RSS is read from
 100 per session (spread over sessions so presence — broadcast to every participant of a
 session — stays 100²/2 deliveries per session rather than 10,000²/2), every edge reading
 whatever it is sent; after a pause the RSS is read again. RSS per edge = the difference /
-10,000. It covers everything an attached edge costs the process: the connection
-(websockets, asyncio transport, the handler coroutine, keepalive), the participant, its
-outbox and writer task, its record in the store, and the ``session.presence`` entry its
+10,000. It covers everything an attached edge costs the process: the connection (picows'
+protocol, transport and read buffer, the asyncio transport, relay/ws.py's ``Connection``),
+the participant, its outbox, its record in the store, and the ``session.presence`` entry its
 attach appended to the log. Kernel socket buffers are not in RSS.
 
 Baseline: :mod:`bench.baseline_relay` with the same 100 clients and 10,000 edges (a

@@ -180,8 +180,18 @@ class CloseCode(enum.IntEnum):
     """The session ended, or a peer closed normally."""
     GOING_AWAY = 1001
     """The master is shutting down or handing the session off: reattach."""
+    PROTOCOL_ERROR = 1002
+    """The peer broke RFC 6455 framing (reserved bits, a stray continuation, …)."""
+    ABNORMAL_CLOSURE = 1006
+    """Never sent: what the master's log says of a socket cut without a close frame."""
+    INVALID_DATA = 1007
+    """A text message that is not UTF-8."""
     POLICY_VIOLATION = 1008
     """Over the rate limit."""
+    MESSAGE_TOO_BIG = 1009
+    """A message over ``max_frame_bytes``."""
+    INTERNAL_ERROR = 1011
+    """A peer that did not answer the keepalive ping in time, or a bug of the master's."""
     TRY_AGAIN_LATER = 1013
     """The store could not be reached while attaching: reattach after a backoff (RFC 6455's
     registered "Try Again Later"; the connection was not attached)."""

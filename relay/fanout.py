@@ -9,20 +9,17 @@ The fan-out posts (:meth:`Outbox.post`) and then flushes each recipient once per
 waiting, the flush frames and writes them from the caller — no writer wake-up per recipient,
 which was most of the cost of a frame sent to 1,000 edges (``make bench ARGS=churn``).
 :meth:`Outbox.put` does the same at the next loop step. A writer task runs only while
-there is something the caller cannot write without waiting: a paused transport, a message
-of 1 MiB or more (a backlog, written in slices), a sink that is not a websockets
-connection; it ends once the queue is empty. An attached, idle connection has no task (an
-attach created one and kept it waiting on a future for the connection's life: a task to
-create and a future per edge, ``make bench ARGS=storm``; 1.8 KiB of an idle edge's memory,
-``make bench ARGS=memory``).
+there is something the caller cannot write without waiting: a paused transport, or a
+message of 1 MiB or more (a backlog, written in slices); it ends once the queue is empty.
+An attached, idle connection has no task (an attach created one and kept it waiting on a
+future for the connection's life: a task to create and a future per edge,
+``make bench ARGS=storm``; 1.8 KiB of an idle edge's memory, ``make bench ARGS=memory``).
 
-The writer coalesces: when the sink is an open websockets connection it frames everything
-queued (up to :data:`_CHUNK` bytes) as unfragmented, unmasked text frames (RFC 6455 §5.2, a
-server's frames) and hands them to the transport in one write, then waits only while the
-transport is paused (websockets' write limit). One write per batch instead of one
-``Connection.send`` per frame was measured at ~2× the fan-out throughput
-(``make bench ARGS=throughput``, bench/results/throughput.md). Any other sink — or a
-connection that is no longer OPEN — goes through ``Sink.send`` frame by frame.
+The outbox frames what it sends itself: everything queued (up to :data:`_CHUNK` bytes) as
+unfragmented, unmasked text frames (RFC 6455 §5.2, a server's frames), handed to the
+:class:`Sink` in one write; it waits only while the transport is paused. One write per batch
+instead of one send per frame was measured at ~2× the fan-out throughput
+(``make bench ARGS=throughput``, bench/results/throughput.md).
 """
 
 from __future__ import annotations
@@ -30,8 +27,8 @@ from __future__ import annotations
 import asyncio
 import struct
 from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import Any, Final, Protocol
+from collections.abc import Callable
+from typing import Final, Protocol
 
 from protocol.errors import CloseCode
 
@@ -65,51 +62,32 @@ def _header(first: int, n: int) -> bytes:
     return _pack_64(first, 127, n)
 
 
-class _Direct:
-    """The transport of an open websockets connection, for coalesced writes."""
-
-    __slots__ = ("drain", "open_state", "protocol", "sink", "transport")
-
-    def __init__(self, sink: Any) -> None:
-        self.sink = sink
-        self.protocol = sink.protocol
-        self.transport = sink.transport
-        self.drain: Callable[[], Awaitable[None]] = sink.drain
-        from websockets.protocol import State
-
-        self.open_state = State.OPEN
-
-    @staticmethod
-    def of(sink: object) -> _Direct | None:
-        """A direct writer for a websockets connection without extensions, else None."""
-        protocol = getattr(sink, "protocol", None)
-        if (
-            protocol is None
-            or getattr(sink, "transport", None) is None
-            or not callable(getattr(sink, "drain", None))
-            or getattr(protocol, "extensions", None)  # e.g. permessage-deflate: not ours
-            or getattr(protocol, "side", None) is None
-            or protocol.side.name != "SERVER"  # a client would have to mask
-        ):
-            return None
-        return _Direct(sink)
+class Sink(Protocol):
+    """The server side of one WebSocket connection, as an outbox writes to it
+    (:class:`relay.ws.Connection`; in-memory ones in the tests): framed bytes in, and when
+    the transport takes them."""
 
     @property
     def open(self) -> bool:
-        return self.protocol.state is self.open_state and not self.transport.is_closing()
+        """Frames may still be written: no close sent or received, the socket is up."""
+        ...
 
     @property
     def writable(self) -> bool:
-        """Open, and the transport takes more without waiting (not paused by its limit)."""
-        return self.open and not getattr(self.sink, "paused", True)
+        """Open, and the transport takes more now (its write buffer is not over its limit)."""
+        ...
 
+    def write(self, data: Data | memoryview) -> None:
+        """Hand whole, already framed WebSocket frames to the transport."""
+        ...
 
-class Sink(Protocol):
-    """The part of a WebSocket connection an outbox writes to."""
+    async def drain(self) -> None:
+        """Return once the transport takes more again, or the connection is no longer open."""
+        ...
 
-    async def send(self, message: bytes, *, text: bool | None = None) -> None: ...
-
-    async def close(self, code: int = CloseCode.NORMAL, reason: str = "") -> None: ...
+    async def close(self, code: int = CloseCode.NORMAL, reason: str = "") -> None:
+        """Close the connection with ``code`` (RFC 6455 §7) and wait until it is closed."""
+        ...
 
 
 def _sent_nowhere(seq: int) -> None:
@@ -151,7 +129,6 @@ class Outbox:
         self._flush_due = False  # a flush is scheduled for the next loop step
         self._closed = False
         self._task: asyncio.Task[None] | None = None  # the writer, while it has work
-        self._direct = _Direct.of(sink)
 
     @property
     def queued_bytes(self) -> int:
@@ -217,16 +194,16 @@ class Outbox:
         socket takes it without waiting; otherwise leave it to the writer task."""
         if not self._started or self._closed or self._task is not None or not self._queue:
             return  # not started, closed, or the writer is busy: it writes
-        direct = self._direct
-        if direct is None or not direct.writable:
+        sink = self._sink
+        if not sink.writable:
             self._spawn_writer()
             return
         try:
-            while self._queue and direct.writable:
+            while self._queue and sink.writable:
                 if len(self._queue[0][0]) >= _LARGE:
                     self._spawn_writer()  # written in slices by the writer, waiting between
                     return
-                self._write_chunk(direct)
+                self._write_chunk(sink)
         except Exception:
             # The chunk in hand is gone with the socket: end here, as the writer would (a
             # later frame written after a lost one would be a gap in the stream).
@@ -295,17 +272,14 @@ class Outbox:
     async def _run(self) -> None:
         """Write until the queue is empty, waiting on the socket as needed; then end."""
         queue = self._queue
-        direct = self._direct
+        sink = self._sink
         try:
             while queue and not self._closed:
-                if direct is not None and direct.open:
-                    await self._write_batch(direct)
-                else:
-                    data, seq = queue.popleft()
-                    self._consumed(len(data))
-                    await self._sink.send(bytes(data), text=True)
-                    if seq:
-                        self._on_sent(seq)
+                if not sink.open:
+                    # Nowhere to write: the reader side notices and detaches the participant.
+                    self._closed = True
+                    break
+                await self._write_batch(sink)
         except Exception:
             # The socket is gone; the reader side notices and detaches the participant.
             self._closed = True
@@ -314,18 +288,18 @@ class Outbox:
                 self._task = None
             self._wake_drainers()  # (and _writer_done, for a task cancelled before it ran)
 
-    async def _write_batch(self, direct: _Direct) -> None:
+    async def _write_batch(self, sink: Sink) -> None:
         """Frame up to _CHUNK queued bytes, write them at once, wait while paused.
 
         A large message (a reattach backlog) goes out as a fragmented message (RFC 6455
         §5.4), one _CHUNK per fragment, waiting while the transport is paused after each: the
         transport never buffers a copy of it (Python 3.11's copies what the socket did not
-        take), so it costs one copy in all, and websockets' pings may come between fragments.
+        take), so it costs one copy in all, and the keepalive's pings may come between fragments.
         """
         data, seq = self._queue[0]
         if len(data) < _LARGE:
-            self._write_chunk(direct)
-            await direct.drain()
+            self._write_chunk(sink)
+            await sink.drain()
             return
         self._queue.popleft()
         view = memoryview(data)
@@ -334,15 +308,15 @@ class Outbox:
             piece = view[at : at + _CHUNK]
             fin = 0x80 if at + _CHUNK >= size else 0
             opcode = 0x1 if at == 0 else 0x0  # text, then continuations
-            direct.transport.write(_header(fin | opcode, len(piece)))
-            direct.transport.write(piece)
-            await direct.drain()
+            sink.write(_header(fin | opcode, len(piece)))
+            sink.write(piece)
+            await sink.drain()
         view.release()
         self._consumed(len(data))
         if seq:
             self._on_sent(seq)
 
-    def _write_chunk(self, direct: _Direct) -> None:
+    def _write_chunk(self, sink: Sink) -> None:
         """Frame up to _CHUNK queued bytes and hand them to the transport in one write."""
         queue = self._queue
         parts: list[Data] = []
@@ -359,6 +333,6 @@ class Outbox:
             if seq:
                 last_seq = seq
         self._consumed(size)
-        direct.transport.write(b"".join(parts))
+        sink.write(b"".join(parts))
         if last_seq:
             self._on_sent(last_seq)

@@ -46,7 +46,7 @@ def _escaped(value: object) -> object:
 
 
 def configure_logging(fmt: str = "console", level: str = "info") -> None:
-    """Configure structlog, and route the stdlib loggers (websockets, aiohttp, redis, the
+    """Configure structlog, and route the stdlib loggers (the WebSocket layer, aiohttp, redis, the
     client library) through the same renderer: in JSON mode every line on stderr is one JSON
     object (issue 15), whoever logged it."""
     numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)

@@ -18,9 +18,9 @@ from typing import Any
 
 import structlog
 from aiohttp import web
-from websockets.asyncio.server import Server, serve
+from picows import ws_create_server
 
-from protocol.errors import StoreError
+from protocol.errors import CloseCode, StoreError
 
 from .config import Settings
 from .http import create_app
@@ -29,12 +29,15 @@ from .hub import Hub
 from .startup import listen_error, store_start_failed, tls_error
 from .store import open_store
 from .store.base import Store
-from .ws import WebSocketEndpoint
+from .ws import Connection, WebSocketEndpoint, peer_log
 
 __all__ = ["Master"]
 
 log = structlog.get_logger("rawp.server")
 _LISTEN_BACKLOG = 4096  # pending connections the WebSocket listener queues (see _serve_ws)
+# The first read buffer of a connection (picows doubles it as a message needs): a hello and
+# an edge's frames are small, and an idle edge keeps it (``make bench ARGS=memory``).
+_READ_BUFFER = 2048
 
 
 class Master:
@@ -59,7 +62,8 @@ class Master:
         self.hub = Hub(settings, self.store, session_lock=session_lock)
         self.ws_port = settings.ws_port
         self.http_port = settings.http_port
-        self._ws_server: Server | None = None
+        self._ws_server: asyncio.Server | None = None
+        self._ws_endpoint: WebSocketEndpoint | None = None
         self._http_runner: web.AppRunner | None = None
         self._stopped: asyncio.Event | None = None
         self._stopping: asyncio.Task[None] | None = None
@@ -73,6 +77,12 @@ class Master:
     def http_url(self) -> str:
         """The HTTP API's base URL."""
         return f"{self.settings.scheme[1]}://{_host(self.settings.host)}:{self.http_port}"
+
+    @property
+    def ws_connections(self) -> frozenset[Connection]:
+        """The WebSocket connections open now (upgraded, not yet gone)."""
+        endpoint = self._ws_endpoint
+        return frozenset(endpoint.connections) if endpoint is not None else frozenset()
 
     async def start(self) -> None:
         """Open the store, then listen (HTTP first, so the dashboard's origin is known).
@@ -113,31 +123,34 @@ class Master:
             ) from exc
         self.http_port = _bound_port(runner.addresses, self.settings.http_port)
         endpoint = WebSocketEndpoint(self.hub, allowed_origins=self._origins())
+        self._ws_endpoint = endpoint
         try:
             self._ws_server = await self._serve_ws(endpoint, tls)
         except OSError as exc:
             raise listen_error(
                 "WebSocket", self.settings.host, self.settings.ws_port, "--ws-port", exc
             ) from exc
+        endpoint.start()
         sock = next(iter(self._ws_server.sockets))
         self.ws_port = sock.getsockname()[1]
         log.info("listening", ws=self.ws_url, http=self.http_url, store=self.store.name)
 
-    async def _serve_ws(self, endpoint: WebSocketEndpoint, tls: ssl.SSLContext | None) -> Server:
-        return await serve(
-            endpoint.handler,
+    async def _serve_ws(
+        self, endpoint: WebSocketEndpoint, tls: ssl.SSLContext | None
+    ) -> asyncio.Server:
+        """The WebSocket listener: picows parses the upgrade and the frames, the endpoint
+        does the rest (relay/ws.py). No compression is negotiated; the keepalive is the
+        endpoint's own sweep, not a task per connection."""
+        return await ws_create_server(
+            endpoint.route,
             self.settings.host,
             self.settings.ws_port,
-            process_request=endpoint.process_request,
-            process_response=endpoint.process_response,
-            max_size=self.settings.max_frame_bytes,
-            max_queue=64,
-            ping_interval=self.settings.heartbeat_interval_s,
-            ping_timeout=self.settings.heartbeat_timeout_s,
-            open_timeout=self.settings.hello_timeout_s,
-            compression=None,
+            websocket_handshake_timeout=self.settings.hello_timeout_s,
+            logger_name=peer_log,
+            max_frame_size=self.settings.max_frame_bytes,
+            read_buffer_init_size=_READ_BUFFER,
+            use_aiofastnet=False,  # the event loop's own server (uvloop's when it runs)
             ssl=tls,
-            server_header="rawp",
             # A reconnect storm (issue 16: every edge back at once after a restart) overflows
             # asyncio's default accept backlog of 100: dropped SYNs come back only after the
             # kernel's 1 s, 3 s, 7 s… retransmits. The kernel caps it at net.core.somaxconn.
@@ -171,10 +184,12 @@ class Master:
         timeout = self.settings.shutdown_timeout_s
         self.hub.shutting_down = True
         if self._ws_server is not None:
-            # Stops accepting, then closes every connection with 1001 (going away).
-            self._ws_server.close(close_connections=True)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._ws_server.wait_closed(), timeout)
+            self._ws_server.close()  # accepts nothing more
+        if self._ws_endpoint is not None:
+            # Every connection closed 1001 (going away), gone and detached, within the timeout.
+            await self._ws_endpoint.close_all(
+                CloseCode.GOING_AWAY, "the master is shutting down", timeout
+            )
         if self._http_runner is not None:
             await self._http_runner.cleanup()
         await self.hub.stop()

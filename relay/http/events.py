@@ -63,7 +63,13 @@ _MAX_PAGE: Final = 1000
 class _NoSocket:
     """The sink of a participant that has no connection: nothing is ever written to it."""
 
-    async def send(self, message: bytes, *, text: bool | None = None) -> None:
+    open = False
+    writable = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        return None
+
+    async def drain(self) -> None:
         return None
 
     async def close(self, code: int = CloseCode.NORMAL, reason: str = "") -> None:

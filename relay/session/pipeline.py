@@ -173,12 +173,11 @@ class CommitPipeline:
 
     # --- intake -----------------------------------------------------------------------------
 
-    async def submit(
-        self, participant: Participant, frame: Frame | GenericFrame, raw: bytes
-    ) -> None:
-        """Queue a participant's frame for the worker; waits only when the inbox is full."""
+    def offer(self, participant: Participant, frame: Frame | GenericFrame, raw: bytes) -> bool:
+        """Queue a participant's frame for the worker; False once the inbox is full, when the
+        caller stops reading until :meth:`room` (its socket's backpressure)."""
         if self.core.terminated or participant.fenced:
-            return
+            return True
         self._inbox.append((participant, frame, raw))
         self._wake.set()
         arrival = self._arrival
@@ -192,7 +191,12 @@ class CommitPipeline:
             )
         if len(self._inbox) >= self.core.settings.inbox_frames:
             self._space.clear()
-            await self._space.wait()
+            return False
+        return True
+
+    async def room(self) -> None:
+        """Return once the inbox takes frames again."""
+        await self._space.wait()
 
     def take_queued(self, participant: Participant) -> list[Queued]:
         """Take ``participant``'s frames out of the inbox (caller holds the lock): a detach

@@ -69,11 +69,14 @@ class Session(SessionCore):
 
     # --- frames from participants -------------------------------------------------------
 
-    async def submit(
-        self, participant: Participant, frame: Frame | GenericFrame, raw: bytes
-    ) -> None:
-        """Queue a participant's frame for the worker; waits only when the inbox is full."""
-        await self.pipeline.submit(participant, frame, raw)
+    def offer(self, participant: Participant, frame: Frame | GenericFrame, raw: bytes) -> bool:
+        """Queue a participant's frame for the worker; False once the inbox is full: the
+        caller reads no more until :meth:`room`."""
+        return self.pipeline.offer(participant, frame, raw)
+
+    async def room(self) -> None:
+        """Return once the inbox takes frames again."""
+        await self.pipeline.room()
 
     async def submit_now(
         self, participant: Participant, frame: Frame | GenericFrame, raw: bytes

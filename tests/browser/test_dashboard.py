@@ -284,7 +284,7 @@ async def test_page_reattaches_after_its_socket_is_cut(
     edge = edge_of(master, "s-cut")
     pid = edge.id
     assert pid == await page.evaluate("window.rawp.client.participantId")
-    edge.sink.transport.abort()  # the page's TCP connection dies (close 1006)
+    edge.sink.abort()  # type: ignore[attr-defined]  # the page's TCP connection dies (close 1006)
     for word in ("two ", "three"):
         await client.send("agent.text.delta", {"block_id": "t1", "delta": word})
     await client.send("agent.text.done", {"block_id": "t1"})

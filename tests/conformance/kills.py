@@ -132,7 +132,7 @@ def _resumed_always(mp: pytest.MonkeyPatch) -> None:
 
 @kill("notes-2/subprotocol-selected")
 def _no_subprotocol_selected(mp: pytest.MonkeyPatch) -> None:
-    mp.setattr(relay.ws.WebSocketEndpoint, "process_response", staticmethod(lambda c, q, r: None))
+    mp.setattr(relay.ws, "_accepted_headers", lambda offered: relay.ws._SERVER)
 
 
 @kill("notes-2/foreign-subprotocol-refused")
@@ -240,12 +240,12 @@ def _presence_to_everyone(mp: pytest.MonkeyPatch) -> None:
 def _no_size_limit(mp: pytest.MonkeyPatch) -> None:
     def make(orig: Any) -> Any:
         def serve(*args: Any, **kwargs: Any) -> Any:
-            kwargs["max_size"] = None
+            kwargs["max_frame_size"] = 1 << 40
             return orig(*args, **kwargs)
 
         return serve
 
-    _wrap(mp, relay.server, "serve", make)
+    _wrap(mp, relay.server, "ws_create_server", make)
 
 
 @kill("notes-2/binary-unsupported-data")
@@ -483,15 +483,15 @@ def _no_usage_in_turn(mp: pytest.MonkeyPatch) -> None:
 @kill("7.4.1/nonfatal-error-continues")
 def _every_error_fatal(mp: pytest.MonkeyPatch) -> None:
     def make(orig: Any) -> Any:
-        async def submit(self: Session, participant: Any, frame: Any, raw: bytes) -> None:
+        def offer(self: Session, participant: Any, frame: Any, raw: bytes) -> bool:
             if isinstance(frame, SessionError) and not frame.payload.fatal:
                 payload = msgspec.structs.replace(frame.payload, fatal=True)
                 frame = msgspec.structs.replace(frame, payload=payload)
-            await orig(self, participant, frame, raw)
+            return bool(orig(self, participant, frame, raw))
 
-        return submit
+        return offer
 
-    _wrap(mp, Session, "submit", make)
+    _wrap(mp, Session, "offer", make)
 
 
 # --- termination (§7.5.3, §7.7.1, notes §9, §15.8) --------------------------------------------

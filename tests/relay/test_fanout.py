@@ -8,31 +8,32 @@ from contextlib import asynccontextmanager
 
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.asyncio.server import ServerConnection, serve
 
+from relay.config import Settings
 from relay.fanout import Outbox
+from relay.server import Master
+from relay.ws import Connection
+from tests.e2e import conftest
 
 __all__: list[str] = []
 
 
 @asynccontextmanager
-async def connected() -> AsyncIterator[tuple[ServerConnection, ClientConnection]]:
-    """A real WebSocket pair on 127.0.0.1: the server side (the outbox's sink) and a client."""
-    server_side: asyncio.Future[ServerConnection] = asyncio.get_running_loop().create_future()
-    done = asyncio.Event()
-
-    async def handler(ws: ServerConnection) -> None:
-        server_side.set_result(ws)
-        await done.wait()
-
-    async with serve(handler, "127.0.0.1", 0, compression=None) as server:
-        port = next(iter(server.sockets)).getsockname()[1]
-        async with connect(f"ws://127.0.0.1:{port}", compression=None, max_size=None) as client:
-            ws = await asyncio.wait_for(server_side, 5)
-            try:
-                yield ws, client
-            finally:
-                done.set()
+async def connected() -> AsyncIterator[tuple[Connection, ClientConnection]]:
+    """A real WebSocket pair on 127.0.0.1: the master's side of a connection that has not
+    said hello yet (the outbox's sink) and the client."""
+    settings: Settings = conftest.test_settings(hello_timeout_s=60.0)
+    master = Master(settings)
+    await master.start()
+    try:
+        async with connect(master.ws_url, compression=None, max_size=None) as client:
+            async with asyncio.timeout(5):
+                while not master.ws_connections:
+                    await asyncio.sleep(0.001)
+            (ws,) = master.ws_connections
+            yield ws, client
+    finally:
+        await master.stop()
 
 
 def frame(i: int, size: int = 40) -> bytes:
@@ -140,13 +141,13 @@ async def test_frames_put_in_one_loop_step_go_out_in_one_write(
         outbox.start()
         await asyncio.sleep(0.01)
         writes: list[bytes] = []
-        write = ws.transport.write
+        write = Connection.write
 
-        def counted(data: bytes) -> None:
+        def counted(self: Connection, data: bytes) -> None:
             writes.append(data)
-            write(data)
+            write(self, data)
 
-        monkeypatch.setattr(ws.transport, "write", counted)
+        monkeypatch.setattr(Connection, "write", counted)
         for i in range(1, 4):
             outbox.put(frame(i))
         assert writes == []  # at the next loop step

@@ -10,13 +10,14 @@ long run (:mod:`bench.fuzz`, ≥ 1,000,000 inputs).
   test vectors and a realistic agent stream) and of Hypothesis examples: byte flips,
   truncation, splices, JSON-level type confusion and key removal, deep nesting, huge strings,
   invalid UTF-8, foreign session ids — and valid frames, so the state machine moves.
-* :class:`InProcessFuzzer` — a :class:`relay.hub.Hub` on a memory store with the real
-  :class:`relay.ws.WebSocketEndpoint` handler on in-memory connections: every input goes
-  through the reader loop, the codec, the session's inbox, worker, state machine, store and
-  fan-out, exactly as from a socket (only websockets' framing is not exercised — the socket
-  fuzz does that). It counts the master's answers, fails on any exception that escapes the
-  handler or the worker, checks that the session's state equals a replay of its log, and
-  keeps a control session streaming from a client to an edge with no gap.
+* :class:`InProcessFuzzer` — a :class:`relay.hub.Hub` on a memory store with real
+  :class:`relay.ws.Connection` objects on in-memory sockets: every input goes through the
+  connection's message path, the codec, the session's inbox, worker, state machine, store and
+  fan-out, exactly as from a socket (only the WebSocket framing of what comes in is not
+  exercised — the socket fuzz does that). It counts the master's answers, fails on any
+  exception that escapes a connection or the worker, checks that the session's state equals
+  a replay of its log, and keeps a control session streaming from a client to an edge with
+  no gap.
 """
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ from typing import Any, Final
 
 import structlog
 from hypothesis import strategies as st
-from websockets.exceptions import ConnectionClosedOK
 
 from protocol import codec
 from protocol.errors import ProtocolError
 from protocol.frames import frame_types
+from relay.ws import Connection, WebSocketEndpoint
 
 __all__ = [
     "CONTROL",
@@ -377,10 +378,55 @@ class Mutator:
 # --- the in-process target -------------------------------------------------------------------
 
 
-class FakeConnection:
-    """What the WebSocket endpoint needs of a connection, in memory."""
+class _MemoryTransport:
+    """What :class:`relay.ws.Connection` uses of picows' transport and of the asyncio transport
+    beneath it, in memory."""
 
-    def __init__(self) -> None:
+    def __init__(self, owner: FakeConnection) -> None:
+        self.owner = owner
+        self.underlying_transport = self
+        self.request: Any = None  # no HTTP upgrade in memory
+        self.response: Any = None
+        self.close_handshake: Any = None
+        self.reading = asyncio.Event()
+        self.reading.set()
+
+    # the asyncio transport's part
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.owner.written(bytes(data))
+
+    def pause_reading(self) -> None:
+        self.reading.clear()
+
+    def resume_reading(self) -> None:
+        self.reading.set()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        """Nothing is buffered in memory."""
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    # picows' part
+    def send_close(self, code: int, reason: str = "") -> None:
+        self.owner.close_sent(int(code), reason)
+
+    def send(self, kind: object, data: bytes) -> None:
+        """Only the echo of a close without a code is sent this way."""
+
+    def send_ping(self) -> None:
+        """The keepalive: this peer always answers (nothing to do in memory)."""
+
+    def disconnect(self, graceful: bool = True) -> None:
+        self.owner.disconnect()
+
+
+class FakeConnection:
+    """A real :class:`relay.ws.Connection` on an in-memory socket: messages are fed to it as
+    the socket would (one at a time, not while it does not read), what it writes is read back
+    frame by frame, its close answered at once."""
+
+    def __init__(self, endpoint: WebSocketEndpoint) -> None:
         self.inbox: asyncio.Queue[bytes | str | None] = asyncio.Queue()
         self.sent: list[bytes] = []
         self.keep = 0  # how many sent messages to keep (0: count only)
@@ -388,34 +434,53 @@ class FakeConnection:
         self.close_code: int | None = None
         self.close_reason = ""
         self.errors: Counter[str] = Counter()
-        self.read = 0  # messages the handler took (the hello included)
-        self.request: Any = None  # no HTTP upgrade in memory
-        self.response: Any = None
-        self.task: asyncio.Task[None] | None = None
+        self.read = 0  # messages the connection took (the hello included)
+        self.disconnected = False
+        self._unread = b""  # written bytes not yet a whole frame
+        self._parts: list[bytes] = []  # a fragmented message so far
+        self.transport = _MemoryTransport(self)
+        self.connection = Connection(endpoint)
+        self.connection.on_ws_connected(self.transport)  # type: ignore[arg-type]
+        self.task = asyncio.get_running_loop().create_task(self._pump())
 
     @property
     def alive(self) -> bool:
-        return self.close_code is None and self.task is not None and not self.task.done()
+        return self.close_code is None and not self.disconnected
 
-    async def recv(self) -> bytes | str:
-        item = await self.inbox.get()
-        if item is None:
-            raise ConnectionClosedOK(None, None)
-        self.read += 1
-        return item
+    async def _pump(self) -> None:
+        while True:
+            item = await self.inbox.get()
+            if item is None:
+                break
+            await self.transport.reading.wait()
+            if self.disconnected:
+                break
+            self.read += 1
+            if isinstance(item, str):
+                self.connection.message(item.encode(), True)
+            else:
+                self.connection.message(item, False)
+        self.disconnect()
 
-    def __aiter__(self) -> FakeConnection:
-        return self
+    def written(self, data: bytes) -> None:
+        """Server frames (unmasked, RFC 6455 §5.2) back into messages."""
+        data = self._unread + data
+        while len(data) >= 2:
+            first, size, at = data[0], data[1] & 0x7F, 2
+            if size == 126:
+                size, at = int.from_bytes(data[2:4]), 4
+            elif size == 127:
+                size, at = int.from_bytes(data[2:10]), 10
+            if len(data) < at + size:
+                break
+            self._parts.append(data[at : at + size])
+            data = data[at + size :]
+            if first & 0x80:  # FIN
+                self._message(b"".join(self._parts))
+                self._parts.clear()
+        self._unread = data
 
-    async def __anext__(self) -> bytes | str:
-        item = await self.inbox.get()
-        if item is None:
-            raise StopAsyncIteration
-        self.read += 1
-        return item
-
-    async def send(self, message: bytes | str, *, text: bool | None = None) -> None:
-        data = message.encode() if isinstance(message, str) else message
+    def _message(self, data: bytes) -> None:
         self.sent_count += 1
         if data.startswith(b'{"type":"session.error"') and b'"role":"master"' in data:
             self.errors[json.loads(data)["payload"]["error_code"]] += 1
@@ -424,11 +489,24 @@ class FakeConnection:
             if len(self.sent) > self.keep:
                 del self.sent[: -self.keep]
 
-    async def close(self, code: int = 1000, reason: str = "") -> None:
+    def close_sent(self, code: int, reason: str) -> None:
         if self.close_code is None:
             self.close_code = code
             self.close_reason = reason
+        # the peer answers with its own close at once, and the socket closes
+        asyncio.get_running_loop().call_soon(self.disconnect)
+
+    def disconnect(self) -> None:
+        if not self.disconnected:
+            self.disconnected = True
+            self.transport.reading.set()
+            self.connection.on_ws_disconnected(self.transport)  # type: ignore[arg-type]
+            self.inbox.put_nowait(None)
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        """The peer closes: what it sent before is still read, then the socket closes."""
         self.inbox.put_nowait(None)
+        await asyncio.wait_for(asyncio.shield(self.task), 10)
 
 
 KNOWN_BUGS: Final[dict[str, str]] = {
@@ -479,13 +557,12 @@ class FuzzStats:
 
 
 class InProcessFuzzer:
-    """The real endpoint handler, hub, sessions and memory store, on in-memory connections."""
+    """The real endpoint, connections, hub, sessions and memory store, on in-memory sockets."""
 
     def __init__(self, **settings: Any) -> None:
         from relay.config import Settings
         from relay.hub import Hub
         from relay.store.memory import MemoryStore
-        from relay.ws import WebSocketEndpoint
 
         base = dict(
             api_keys=("default:rk_fuzz",),
@@ -533,7 +610,7 @@ class InProcessFuzzer:
         return list(self._control or ())
 
     async def _connect(self, session_id: str, role: str, *, create: bool = False) -> FakeConnection:
-        conn = FakeConnection()
+        conn = FakeConnection(self.endpoint)
         conn.keep = 1
         payload: dict[str, Any] = {"protocol_version": "1.0.2", "role": role, "token": "rk_fuzz"}
         if create:
@@ -546,15 +623,14 @@ class InProcessFuzzer:
             "payload": payload,
         }
         conn.inbox.put_nowait(json.dumps(hello))
-        conn.task = asyncio.get_running_loop().create_task(self._handle(conn))
+        conn.task.add_done_callback(self._crashed)
         self._tasks.append(conn.task)
         return conn
 
-    async def _handle(self, conn: FakeConnection) -> None:
-        try:
-            await self.endpoint.handler(conn)  # type: ignore[arg-type]
-        except Exception as exc:  # a crash: the handler must never raise
-            self.stats.crashes.append(f"handler raised {exc!r}")
+    def _crashed(self, task: asyncio.Task[None]) -> None:
+        # A crash: what the socket's reads run must never raise.
+        if not task.cancelled() and task.exception() is not None:
+            self.stats.crashes.append(f"handler raised {task.exception()!r}")
 
     @staticmethod
     async def _settle(rounds: int = 3) -> None:

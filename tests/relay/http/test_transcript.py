@@ -35,6 +35,8 @@ async def test_markdown_export_escapes_every_received_string(api: Api, master: M
     ]
     for type_, payload in frames:
         await client.send(type_, payload)
+    # An edge answers a question it has seen (frames of two sockets have no order between them).
+    await edge.recv_until(lambda f: f["type"] == "agent.interaction.request")
     await edge.send("control.interaction.response", {"interaction_id": ask, "response": EVIL})
     await edge.send("user.message", {"text": EVIL})
     await edge.send("session.error", {"error_code": EVIL[:60], "message": EVIL, "fatal": False})

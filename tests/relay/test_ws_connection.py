@@ -1,0 +1,138 @@
+"""One WebSocket connection's life in relay/ws.py: fragments, keepalive, close, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from bench._wsraw import CONT, TEXT, RawWS, open_raw
+from relay.server import Master
+from tests.e2e.util import hello, new_session, wait_until
+from tests.support.wire import envelope
+
+__all__: list[str] = []
+
+
+async def _raw_peer(master: Master, session_id: str, **payload: Any) -> RawWS:
+    """A raw connection attached to ``session_id`` (its welcome read)."""
+    ws = await open_raw("127.0.0.1", master.ws_port)
+    ws.send_text(hello(session_id, **payload).encode())
+    welcome = json.loads(await ws.recv())
+    assert welcome["type"] == "connection.welcome", welcome
+    return ws
+
+
+def _fragments(data: bytes, parts: int) -> list[tuple[int, bytes, bool]]:
+    """``data`` as a text message in ``parts`` fragments: (opcode, payload, fin)."""
+    size = -(-len(data) // parts)
+    pieces = [data[i : i + size] for i in range(0, len(data), size)]
+    return [
+        (TEXT if i == 0 else CONT, piece, i == len(pieces) - 1) for i, piece in enumerate(pieces)
+    ]
+
+
+async def test_a_fragmented_message_is_relayed_as_one_frame(master: Master) -> None:
+    """Fragments (RFC 6455 §5.4) are one message: logged once, relayed whole."""
+    _client, (edge,) = await new_session(master, "s-conn-frag")
+    frame = envelope("s-conn-frag", "user.message", {"text": "é" * 3000})
+    data = json.dumps(frame).encode()
+    ws = await _raw_peer(master, "s-conn-frag", role="edge")
+    for opcode, piece, fin in _fragments(data, 4):
+        ws.write_frame(opcode, piece, fin=fin)
+    got = await edge.recv_until(lambda f: f["type"] == "user.message")
+    assert got[-1]["message_id"] == frame["message_id"]
+    assert got[-1]["payload"]["text"] == "é" * 3000
+    await ws.close()
+
+
+async def test_fragments_over_max_frame_bytes_close_1009(make_master: Any) -> None:
+    """The limit is the message's, not each fragment's: 3 × 2,000 bytes over 4,096 close 1009."""
+    master: Master = await make_master(max_frame_bytes=4096)
+    await new_session(master, "s-conn-big")
+    ws = await _raw_peer(master, "s-conn-big", role="edge")
+    for opcode, piece, fin in _fragments(b"x" * 6000, 3):
+        ws.write_frame(opcode, piece, fin=fin)
+    assert await ws.wait_closed(timeout=10) == 1009
+
+
+async def test_a_message_started_inside_a_fragmented_one_closes_1002(master: Master) -> None:
+    """A new text frame before the last fragment of the one in progress is a protocol error."""
+    await new_session(master, "s-conn-nested")
+    ws = await _raw_peer(master, "s-conn-nested", role="edge")
+    ws.write_frame(TEXT, b'{"type":', fin=False)
+    ws.write_frame(TEXT, b"{}")
+    assert await ws.wait_closed(timeout=10) == 1002
+
+
+async def test_a_silent_peer_that_answers_pings_stays_attached(make_master: Any) -> None:
+    """A quiet connection is pinged after the heartbeat interval; answering keeps it attached."""
+    master: Master = await make_master(heartbeat_interval_s=0.2, heartbeat_timeout_s=0.2)
+    client, _ = await new_session(master, "s-conn-quiet", edges=0)
+    ws = await _raw_peer(master, "s-conn-quiet", role="edge")
+    before = ws.bytes_received
+    await asyncio.sleep(1.5)  # several intervals without a byte from the edge
+    assert ws.bytes_received > before  # pings reached it (RawWS answers each with a pong)
+    assert ws.open
+    assert len(master.hub.sessions["s-conn-quiet"].participants) == 2
+    await ws.close()
+    await client.close()
+
+
+async def test_a_peer_that_does_not_answer_pings_is_closed_1011_and_detached(
+    make_master: Any,
+) -> None:
+    """No pong within the heartbeat timeout: closed 1011 (RFC 6455 §7.4.1), then detached."""
+    master: Master = await make_master(heartbeat_interval_s=0.2, heartbeat_timeout_s=0.2)
+    client, _ = await new_session(master, "s-conn-deaf", edges=0)
+    ws = await _raw_peer(master, "s-conn-deaf", role="edge")
+    participants = master.hub.sessions["s-conn-deaf"].participants
+    assert len(participants) == 2
+    ws.pause_reading()  # reads nothing, so answers nothing
+    gone = await client.recv_until(
+        lambda f: f["type"] == "session.presence" and f["payload"]["state"] == "detached", 10
+    )
+    assert gone[-1]["payload"]["role"] == "edge"
+    assert len(participants) == 1
+    ws.resume_reading()
+    assert await ws.wait_closed(timeout=10) in (1011, 1006)  # 1006: cut before it read it
+
+
+async def test_a_close_from_the_peer_is_echoed_and_detaches(master: Master) -> None:
+    """The peer's close code comes back in the master's close frame; the peer detaches."""
+    client, _ = await new_session(master, "s-conn-echo", edges=0)
+    ws = await _raw_peer(master, "s-conn-echo", role="edge")
+    assert await ws.close(4000) == 4000
+    await client.recv_until(
+        lambda f: f["type"] == "session.presence" and f["payload"]["state"] == "detached"
+    )
+
+
+async def test_shutdown_closes_every_connection_1001_and_detaches_it(make_master: Any) -> None:
+    """Stopping the master closes each connection 1001 and waits for the detaches."""
+    master: Master = await make_master()
+    await new_session(master, "s-conn-stop", edges=0)
+    ws = await _raw_peer(master, "s-conn-stop", role="edge")
+    session = master.hub.sessions["s-conn-stop"]
+    await master.stop()
+    assert await ws.wait_closed(timeout=5) == 1001
+    assert not master.ws_connections
+    assert not session.participants  # detached before stop() returned
+
+
+async def test_frames_read_while_attaching_follow_the_attach_in_order(master: Master) -> None:
+    """Frames sent right behind the hello, before the welcome, are kept and handled in order."""
+    client, (edge,) = await new_session(master, "s-conn-early")
+    ws = await open_raw("127.0.0.1", master.ws_port)
+    frames = [envelope("s-conn-early", "user.message", {"text": f"m{i}"}) for i in range(80)]
+    ws.send_many(
+        [hello("s-conn-early", role="edge").encode(), *(json.dumps(f).encode() for f in frames)]
+    )
+    got = await edge.recv_until(
+        lambda f: f.get("message_id") == frames[-1]["message_id"], timeout=10
+    )
+    texts = [f["payload"]["text"] for f in got if f["type"] == "user.message"]
+    assert texts == [f"m{i}" for i in range(80)]
+    await wait_until(lambda: len(master.hub.sessions["s-conn-early"].participants) == 3)
+    await ws.close()
+    await client.close()
