@@ -328,7 +328,7 @@ class Connection(WSListener):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self._parts = self._pending = None
+        self._parts = None  # (what was read while attaching is the attach's to handle)
         if self.close_code is None:
             handshake = transport.close_handshake
             if handshake is not None:
@@ -394,7 +394,7 @@ class Connection(WSListener):
             return
         self.phase = _CLOSING
         self.close_code = int(code)
-        self._parts = self._pending = None
+        self._parts = None
         self._wake_drainers()
         self.transport.send_close(code, close_reason(reason))  # type: ignore[arg-type]
         if self._timer is not None:
@@ -429,7 +429,7 @@ class Connection(WSListener):
         assert self.transport is not None
         if self.phase != _CLOSING:
             self.phase = _CLOSING
-            self._parts = self._pending = None
+            self._parts = None
             self._wake_drainers()
             self.close_code = code
             if code is not None:
@@ -565,9 +565,6 @@ class Connection(WSListener):
         self._context = contextvars.copy_context()
         log.info("attached", generation=participant.generation)
         hub.held_credentials.hold(participant.principal)  # [trust] checked until detached
-        if self._gone:
-            await self._detach()
-            return
         settings = hub.settings
         self._limiter = RateLimiter(
             settings.rate_frames_per_s, settings.rate_bytes_per_s, settings.rate_burst_s
@@ -575,12 +572,16 @@ class Connection(WSListener):
         pending, self._pending = self._pending, None
         if self.phase == _ATTACHING:
             self.phase = _ATTACHED
-            for data, text in pending or ():
-                if self.phase != _ATTACHED:
-                    break
-                self._context.run(self._received, data, text)
+        # What came behind the hello is handled now, in order; also when the peer closed
+        # meanwhile: what it sent before its close is not lost.
+        for data, text in pending or ():
+            if self.phase == _DRAINING or participant.fenced:
+                break
+            self._context.run(self._received, data, text)
         if pending is not None and len(pending) >= _MAX_PENDING:
             self._release_reading()
+        if self._gone:
+            await self._detach()
 
     async def _detach(self) -> None:
         hub = self.endpoint.hub
@@ -613,9 +614,10 @@ class Connection(WSListener):
         if not limiter.allow(len(raw)):
             settings = self.endpoint.hub.settings
             if limiter.strikes >= settings.rate_strikes_to_close:
-                self.endpoint.hub.metrics.closes.labels(str(CloseCode.POLICY_VIOLATION)).inc()
-                self.phase = _DRAINING  # read nothing more; the errors go out, then the close
-                self.endpoint.spawn(self._close_after_errors(), self._context)
+                if self.phase == _ATTACHED:  # (not when it is closing anyway)
+                    self.endpoint.hub.metrics.closes.labels(str(CloseCode.POLICY_VIOLATION)).inc()
+                    self.phase = _DRAINING  # read nothing more; errors go out, then the close
+                    self.endpoint.spawn(self._close_after_errors(), self._context)
                 return
             participant.send_error(
                 RateLimited("too many frames or bytes per second"), ref_message_id=_ref_of(raw)

@@ -6,7 +6,7 @@ import asyncio
 import json
 from typing import Any
 
-from bench._wsraw import CONT, TEXT, RawWS, open_raw
+from bench._wsraw import CLOSE, CONT, TEXT, RawWS, open_raw
 from relay.server import Master
 from tests.e2e.util import hello, new_session, wait_until
 from tests.support.wire import envelope
@@ -135,4 +135,19 @@ async def test_frames_read_while_attaching_follow_the_attach_in_order(master: Ma
     assert texts == [f"m{i}" for i in range(80)]
     await wait_until(lambda: len(master.hub.sessions["s-conn-early"].participants) == 3)
     await ws.close()
+    await client.close()
+
+
+async def test_what_a_peer_sent_before_closing_while_attaching_is_kept(master: Master) -> None:
+    """Hello, frames and a close in one write: the frames are logged, then the peer detaches."""
+    client, (edge,) = await new_session(master, "s-conn-brief")
+    ws = await open_raw("127.0.0.1", master.ws_port)
+    frames = [envelope("s-conn-brief", "user.message", {"text": f"b{i}"}) for i in range(3)]
+    ws.send_many(
+        [hello("s-conn-brief", role="edge").encode(), *(json.dumps(f).encode() for f in frames)]
+    )
+    ws.write_frame(CLOSE, (1000).to_bytes(2, "big"))
+    got = await edge.recv_until(lambda f: f.get("message_id") == frames[-1]["message_id"])
+    assert [f["payload"]["text"] for f in got if f["type"] == "user.message"] == ["b0", "b1", "b2"]
+    await wait_until(lambda: len(master.hub.sessions["s-conn-brief"].participants) == 2)
     await client.close()
