@@ -270,14 +270,16 @@ async def start_baseline(
     loop: str = "asyncio",
     max_seconds: float = 900.0,
     wrapper: Sequence[str] = (),
+    engine: str = "websockets",
 ) -> Proc:
-    """The minimal websockets fan-out relay (:mod:`bench.baseline_relay`); ``wrapper`` as
-    :func:`start_master`'s."""
+    """The minimal fan-out relay (:mod:`bench.baseline_relay`) on websockets, or on picows
+    (``engine``); ``wrapper`` as :func:`start_master`'s."""
     argv = [PYTHON, "-m", "bench.baseline_relay", "--port", "0", "--loop", loop]
+    argv += ["--engine", engine]
     argv += ["--max-seconds", str(max_seconds), *extra]
     process = await _spawn([*wrapper, *argv], stderr_path=None)
     words = await _announced(process, "baseline relay:", 60.0 if wrapper else 30.0)
-    return Proc(process, ws_url=words[3], label="baseline")
+    return Proc(process, ws_url=words[3], label="baseline" if engine == "websockets" else engine)
 
 
 class Worker:

@@ -13,6 +13,12 @@ server options (max frame size, no compression, queue size) as the master.
 gets the frames after it as one ``session.history``-shaped message: the naive in-memory
 replay the reattach benchmark compares against.
 
+``--engine picows`` serves the same with picows (the WebSocket library the master runs on,
+relay/ws.py): a hello answered with the welcome from the socket's read callback, a client's
+messages written to its session's edges as they arrive. It is the least a reattach costs on
+the master's own library (the storm benchmark quotes it beside the websockets server the
+aims name); no ``--keep``.
+
 Not a benchmark module (it defines no ``NAME``): the benchmarks start it as a process.
 """
 
@@ -25,6 +31,7 @@ import json
 import signal
 from collections import defaultdict
 
+from picows import WSFrame, WSListener, WSMsgType, WSTransport, ws_create_server
 from websockets.asyncio.server import ServerConnection, broadcast, serve
 from websockets.exceptions import ConnectionClosed
 
@@ -90,7 +97,94 @@ class Relay:
             broadcast(edges, message)
 
 
+class PicowsPeer(WSListener):
+    """One connection of the picows relay: the hello answered, then a client's messages
+    written to its session's edges; no task, no queue."""
+
+    __slots__ = ("edges", "is_client", "session_id", "transport")
+
+    def __init__(self, edges: defaultdict[str, set[PicowsPeer]]) -> None:
+        self.edges = edges
+        self.transport: WSTransport | None = None
+        self.session_id: str | None = None
+        self.is_client = False
+
+    def on_ws_connected(self, transport: WSTransport) -> None:
+        self.transport = transport
+
+    def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
+        kind = frame.msg_type
+        if kind is WSMsgType.CLOSE:
+            transport.send_close(frame.get_close_code())
+            transport.disconnect()
+        elif kind is not WSMsgType.TEXT:
+            return
+        elif self.session_id is None:
+            self._hello(transport, frame.get_payload_as_bytes())
+        elif self.is_client:
+            data = frame.get_payload_as_bytes()
+            for edge in self.edges[self.session_id]:
+                if edge.transport is not None:
+                    edge.transport.send(WSMsgType.TEXT, data)
+
+    def _hello(self, transport: WSTransport, data: bytes) -> None:
+        try:
+            hello = json.loads(data)
+            session_id = hello["session_id"]
+            role = hello["payload"]["role"]
+        except Exception:
+            transport.send_close(4400, b"expected connection.hello")  # type: ignore[arg-type]
+            transport.disconnect()
+            return
+        welcome = {
+            "type": "connection.welcome",
+            "session_id": session_id,
+            "payload": {"participant_id": f"p-{id(self):x}", "resumed": False},
+        }
+        transport.send(WSMsgType.TEXT, json.dumps(welcome).encode())
+        self.session_id = session_id
+        self.is_client = role == "client"
+        if not self.is_client:
+            self.edges[session_id].add(self)
+
+    def on_ws_disconnected(self, transport: WSTransport) -> None:
+        if self.session_id is not None and not self.is_client:
+            self.edges[self.session_id].discard(self)
+
+
+async def _serve_picows(args: argparse.Namespace) -> None:
+    edges: defaultdict[str, set[PicowsPeer]] = defaultdict(set)
+    server = await ws_create_server(
+        lambda request: PicowsPeer(edges),
+        args.host,
+        args.port,
+        max_frame_size=1 << 20,
+        enable_auto_ping=True,
+        auto_ping_idle_timeout=20,
+        auto_ping_reply_timeout=20,
+        read_buffer_init_size=2048,  # as the master's (relay/server.py)
+        use_aiofastnet=False,
+        backlog=4096,
+    )
+    async with server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        print(f"baseline relay: ws ws://{args.host}:{port}/v1/ws", flush=True)
+        await _until_signalled(args.max_seconds)
+
+
+async def _until_signalled(max_seconds: float) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), max_seconds)
+
+
 async def _serve(args: argparse.Namespace) -> None:
+    if args.engine == "picows":
+        await _serve_picows(args)
+        return
     relay = Relay(args.keep)
     async with serve(
         relay.handler,
@@ -105,12 +199,7 @@ async def _serve(args: argparse.Namespace) -> None:
     ) as server:
         port = next(iter(server.sockets)).getsockname()[1]
         print(f"baseline relay: ws ws://{args.host}:{port}/v1/ws", flush=True)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), args.max_seconds)
+        await _until_signalled(args.max_seconds)
 
 
 def main() -> None:
@@ -119,8 +208,11 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="auto")
     parser.add_argument("--keep", action="store_true", help="keep frames for replay")
+    parser.add_argument("--engine", choices=("websockets", "picows"), default="websockets")
     parser.add_argument("--max-seconds", type=float, default=900.0)
     args = parser.parse_args()
+    if args.keep and args.engine != "websockets":
+        parser.error("--keep is served by the websockets engine only")
     from ._procs import raise_nofile
 
     raise_nofile()

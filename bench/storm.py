@@ -2,7 +2,9 @@
 
 Processes: the master (``bench._master --control``, memory store by default, ``--store``
 to change it), the minimal websockets server of :mod:`bench.baseline_relay` (answers a
-hello with a welcome, nothing else) beside it in the same run, and load generators
+hello with a welcome, nothing else) beside it in the same run — the baseline the aims name —
+and the same minimal server on picows (``--engine picows``), the WebSocket library the master
+itself runs on (relay/ws.py): the least a reattach costs there. Load generators
 (``bench._loadgen storm_attach`` / ``storm``: picows clients on uvloop, server-bound).
 
 1. Attach rate: ``--storm-edges`` (default 1,000) edges attach, at most 100 handshakes in
@@ -193,17 +195,22 @@ async def alternating_rounds(
     return got
 
 
-async def _rates(master: Proc, baseline: Proc, total: int, rounds: int) -> list[dict[str, Any]]:
+async def _rates(
+    master: Proc, baseline: Proc, picows: Proc, total: int, rounds: int
+) -> list[dict[str, Any]]:
     """Attach rate by audience: ``rounds`` alternating rounds each, after a warm-up; the
-    master twice, its edges taking presence and declining it (viewers)."""
+    master twice, its edges taking presence and declining it (viewers); both minimal
+    servers (websockets, the aims' baseline, and picows)."""
     servers = {
         "master": Contender(master, False),
         "viewers": Contender(master, False, watchers=0),
         "minimal": Contender(baseline, True),
+        "picows": Contender(picows, True),
     }
     rates: list[dict[str, Any]] = []
     for eps, got in (await alternating_rounds(servers, total, rounds)).items():
         rounds_m, rounds_b, rounds_v = got["master"], got["minimal"], got["viewers"]
+        rounds_p = got["picows"]
         rate = {
             "edges_per_session": eps,
             "master": round(statistics.median(r for r, _ in rounds_m)),
@@ -216,12 +223,16 @@ async def _rates(master: Proc, baseline: Proc, total: int, rounds: int) -> list[
             "viewers": round(statistics.median(r for r, _ in rounds_v)),
             "viewers_cpu_ms": round(statistics.median(c for _, c in rounds_v), 3),
             "viewers_rounds": [round(r) for r, _ in rounds_v],
+            "picows": round(statistics.median(r for r, _ in rounds_p)),
+            "picows_cpu_ms": round(statistics.median(c for _, c in rounds_p), 3),
+            "picows_rounds": [round(r) for r, _ in rounds_p],
         }
         rate["ratio"] = round(rate["master"] / rate["minimal"], 2) if rate["minimal"] else 0.0
         rate["viewers_ratio"] = (
             round(rate["viewers"] / rate["minimal"], 2) if rate["minimal"] else 0.0
         )
         rate["cpu_ratio"] = round(rate["minimal_cpu_ms"] / max(rate["master_cpu_ms"], 1e-9), 2)
+        rate["picows_ratio"] = round(rate["master"] / rate["picows"], 2) if rate["picows"] else 0.0
         rates.append(rate)
     return rates
 
@@ -273,7 +284,7 @@ async def quiet(*servers: Proc, limit_s: float = 10.0, after_s: float = 0.0) -> 
 
 
 async def _minimal_storm(baseline: Proc, sessions: int, eps: int) -> dict[str, Any]:
-    """The same number of edges connecting at once to the minimal server, as many in flight
+    """The same number of edges connecting at once to a minimal server, as many in flight
     as the storm's reconnect (handshake + hello → welcome: the least a reattach costs)."""
     edges = sessions * eps
     in_flight = min(edges, STORM_IN_FLIGHT)
@@ -300,9 +311,11 @@ async def _instruction_counts(
             ("master", False, None),
             ("viewers", False, 0),
             ("minimal", True, None),
+            ("picows", True, None),
         ):
             if minimal:
-                server = await start_baseline(loop=loop, wrapper=wrapper)
+                engine = "picows" if name == "picows" else "websockets"
+                server = await start_baseline(loop=loop, wrapper=wrapper, engine=engine)
             else:
                 flags = rate_master_flags(store)
                 server = await start_master(flags, control=True, loop=loop, wrapper=wrapper)
@@ -324,6 +337,7 @@ async def _instruction_counts(
             row[name] = round(window.instructions / COUNTED_EDGES / 1000, 1)  # k per attach
         row["ratio"] = round(row["minimal"] / row["master"], 2)
         row["viewers_ratio"] = round(row["minimal"] / row["viewers"], 2)
+        row["picows_ratio"] = round(row["picows"] / row["master"], 2)
         rows.append(row)
     return rows
 
@@ -444,17 +458,19 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         rate_extra = rate_master_flags(store)
         loop = getattr(args, "loop", "asyncio")  # the same event loop for both servers
         baseline = await start_baseline(loop=loop)
+        picows = await start_baseline(loop=loop, engine="picows")
         rounds = max(1, int(getattr(args, "rounds", 0) or ATTACH_ROUNDS))
         try:
             master = await start_master(
                 rate_extra, control=True, loop=loop, stderr_path=workdir / "master-rates.log"
             )
             try:
-                rates = await _rates(master, baseline, total, rounds)
+                rates = await _rates(master, baseline, picows, total, rounds)
             finally:
                 await master.stop()
             profile = not getattr(args, "no_profile", False)
             minimal_of: dict[tuple[int, int], dict[str, Any]] = {}
+            picows_of: dict[tuple[int, int], dict[str, Any]] = {}
             shapes = ((1, 1000), (10 if quick else 100, 100))
             # every edge taking presence, then viewers: one watcher per session takes it.
             # A fresh master each: its RSS peak is that storm's, not the sum of the storms.
@@ -466,7 +482,9 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
                     )  # fmt: skip
                     if (sessions, eps) not in minimal_of:
                         minimal_of[sessions, eps] = await _minimal_storm(baseline, sessions, eps)
+                        picows_of[sessions, eps] = await _minimal_storm(picows, sessions, eps)
                     storm["minimal"] = minimal_of[sessions, eps]
+                    storm["minimal_picows"] = picows_of[sessions, eps]
                     storms.append(storm)
             if store == "memory":
                 # The same storms on the store `rawp serve` starts on (a SQLite file): what
@@ -483,8 +501,10 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
                             storm = await _fresh_storm(flags, loop, workdir, durable, sessions, eps)
                         storm["store"] = durable
                         storm["minimal"] = minimal_of[sessions, eps]
+                        storm["minimal_picows"] = picows_of[sessions, eps]
                         storms.append(storm)
         finally:
+            await picows.stop()
             await baseline.stop()
         other = other_loop(loop)
         other_rates: list[dict[str, Any]] = []
@@ -495,9 +515,11 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
                 rate_extra, control=True, loop=other, stderr_path=workdir / "master-other.log"
             )
             baseline = await start_baseline(loop=other)
+            picows = await start_baseline(loop=other, engine="picows")
             try:
-                other_rates = await _rates(master, baseline, total, rounds)
+                other_rates = await _rates(master, baseline, picows, total, rounds)
             finally:
+                await picows.stop()
                 await baseline.stop()
                 await master.stop()
         counted_audiences = (1,) if quick else COUNTED_AUDIENCES
@@ -588,7 +610,8 @@ def _rates_table(rates: list[dict[str, Any]]) -> str:
             "ratio: master / viewers",
             "CPU ms per attach: master / viewers / minimal",
             "× per CPU-s",
-            "rounds: master / viewers / minimal attaches/s",
+            "minimal picows server attaches/s (master ÷ it), CPU ms",
+            "rounds: master / viewers / minimal / picows attaches/s",
         ],
         [
             [
@@ -600,11 +623,14 @@ def _rates_table(rates: list[dict[str, Any]]) -> str:
                 f"{x.get('master_cpu_ms', '–')} / {x.get('viewers_cpu_ms', '–')} / "
                 f"{x.get('minimal_cpu_ms', '–')}",
                 f"{x['cpu_ratio']}×" if "cpu_ratio" in x else "–",
+                f"{x['picows']:,} ({x['picows_ratio']}×), {x['picows_cpu_ms']}"
+                if "picows" in x
+                else "–",
                 _rounds_cell(x),
             ]
             for x in rates
         ],
-        "rrrrrrrl",
+        "rrrrrrrrl",
     )
 
 
@@ -613,7 +639,7 @@ def _rounds_cell(rate: dict[str, Any]) -> str:
         return "–"
     cells = [
         ", ".join(f"{x:,}" for x in rate[key])
-        for key in ("master_rounds", "viewers_rounds", "minimal_rounds")
+        for key in ("master_rounds", "viewers_rounds", "minimal_rounds", "picows_rounds")
         if key in rate
     ]
     return " / ".join(cells)
@@ -638,7 +664,8 @@ def _bound_notes(storms: list[dict[str, Any]]) -> list[str]:
         f"in flight as the storm, at most {STORM_IN_FLIGHT:,}) to the minimal websockets "
         "server, each timed from its connect to its welcome — a handshake and a hello → "
         "welcome, no session, no backlog, no presence: the least any reattach costs with "
-        "this WebSocket library, generator and machine. *Generator CPU* is the load "
+        "this WebSocket library, generator and machine; *minimal picows server*: the same "
+        "on picows, the library the master runs on. *Generator CPU* is the load "
         "generator's during the master's storm (it shares the two cores with the master). "
         "*Received* is what all the edges received during the storm (backlogs and live "
         "presence: every edge that takes presence learns every change of its session).",
@@ -682,6 +709,7 @@ def _instructions_notes(rows: list[dict[str, Any]]) -> list[str]:
                 "viewers declining presence k",
                 "minimal server k",
                 "ratio: master / viewers",
+                "minimal picows server k (÷ master)",
             ],
             [
                 [
@@ -690,6 +718,7 @@ def _instructions_notes(rows: list[dict[str, Any]]) -> list[str]:
                     x.get("viewers", "–"),
                     x["minimal"],
                     f"{x['ratio']}× / {x.get('viewers_ratio', '–')}×",
+                    f"{x['picows']} ({x['picows_ratio']}×)" if "picows" in x else "–",
                 ]
                 for x in rows
             ],
@@ -737,6 +766,7 @@ def markdown(result: dict[str, Any]) -> str:
                 "generator CPU s",
                 "received MiB",
                 "minimal server: all welcomed (s) / CPU s",
+                "minimal picows server (s) / CPU s",
                 "RSS before / peak MiB",
             ],
             [
@@ -754,11 +784,12 @@ def markdown(result: dict[str, Any]) -> str:
                     s.get("generator_cpu_s", "–"),
                     s.get("received_mib", "–"),
                     _minimal_cell(s.get("minimal")),
+                    _minimal_cell(s.get("minimal_picows")),
                     f"{s['rss_before_mib']} / {s['rss_peak_mib']}",
                 ]
                 for s in r["storms"]
             ],
-            "lllrrrrrrrrrrr",
+            "lllrrrrrrrrrrrr",
         ),
         *_bound_notes(r["storms"]),
         "Presence is coalesced (docs/protocol.md §5 item 11): the changes of one delivery step "
