@@ -481,7 +481,7 @@ class Connection(WSListener):
     def message(self, data: bytes, text: bool) -> None:
         """One whole message as read (its fragments joined), by what the connection is doing:
         the hello, kept for after the attach, or a frame for the session."""
-        if text:
+        if text and not data.isascii():  # (ASCII is UTF-8: checked without a copy)
             try:
                 data.decode()
             except UnicodeDecodeError:
