@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
-from bench._wsraw import CLOSE, CONT, TEXT, RawWS, open_raw
+import pytest
+
+from bench._wsraw import CLOSE, CONT, TEXT, RawWS, encode_frame, open_raw
 from relay.server import Master
 from tests.e2e.util import hello, new_session, wait_until
 from tests.support.wire import envelope
@@ -151,3 +154,16 @@ async def test_what_a_peer_sent_before_closing_while_attaching_is_kept(master: M
     assert [f["payload"]["text"] for f in got if f["type"] == "user.message"] == ["b0", "b1", "b2"]
     await wait_until(lambda: len(master.hub.sessions["s-conn-brief"].participants) == 2)
     await client.close()
+
+
+async def test_a_peer_breaking_the_framing_is_logged_as_info_not_error(
+    master: Master, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A peer's broken frame is the peer's fault: info in the log, never an error line."""
+    caplog.set_level(logging.INFO, logger="rawp.ws.wire")
+    ws = await open_raw("127.0.0.1", master.ws_port)
+    ws.write_raw(encode_frame(TEXT, b"{}", mask=False))
+    assert await ws.wait_closed(timeout=10) == 1002
+    wire = [r for r in caplog.records if r.name == "rawp.ws.wire"]
+    assert any("un-masked" in r.getMessage() and r.levelno == logging.INFO for r in wire)
+    assert not [r for r in wire if r.levelno >= logging.ERROR]
