@@ -77,6 +77,9 @@ _FLUSH_BEFORE_CLOSE_S: Final = 1.0
 _CLOSE_TIMEOUT_S: Final = 10.0  # a close we sent waits this long for the peer's (RFC 6455 §7)
 _FAIL_TIMEOUT_S: Final = 1.0  # the same after a protocol error: the peer is broken
 _MAX_PENDING: Final = 64  # messages read while attaching before the socket is not read
+# Fragments of one message: its size is bounded by max_frame_bytes, but empty fragments cost
+# nothing against that bound, and a peer could grow the list of parts for ever with them.
+_MAX_FRAGMENTS: Final = 4096
 # What the transport buffers before the outbox waits (and the send queue's bound counts,
 # notes §11): the bytes a slow consumer costs beyond its send queue.
 _WRITE_LIMIT: Final = 32 * 1024
@@ -472,6 +475,9 @@ class Connection(WSListener):
         self._part_size += frame.payload_size
         if self._part_size > self.endpoint.hub.settings.max_frame_bytes:
             self.fail(CloseCode.MESSAGE_TOO_BIG, "message over max_frame_bytes")
+            return
+        if len(parts) >= _MAX_FRAGMENTS:
+            self.fail(CloseCode.MESSAGE_TOO_BIG, f"message in more than {_MAX_FRAGMENTS} fragments")
             return
         parts.append(frame.get_payload_as_bytes())
         if frame.fin:

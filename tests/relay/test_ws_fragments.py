@@ -135,3 +135,11 @@ def test_reserved_bits_close_1002() -> None:
     connection, transport = _feed([_make_test_ws_frame(WSMsgType.TEXT, b"{}", True, True)])
     assert transport.closed_with == 1002
     assert connection.got == []
+
+
+def test_a_message_in_too_many_fragments_closes_1009() -> None:
+    """Empty fragments weigh nothing against the size limit; their number is bounded too."""
+    empty = [_make_test_ws_frame(WSMsgType.CONTINUATION, b"", False, False)] * 5000
+    connection, transport = _feed([_make_test_ws_frame(WSMsgType.TEXT, b"{", False, False), *empty])
+    assert transport.closed_with == 1009
+    assert connection.got == []
