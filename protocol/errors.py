@@ -182,6 +182,8 @@ class CloseCode(enum.IntEnum):
     """The master is shutting down or handing the session off: reattach."""
     PROTOCOL_ERROR = 1002
     """The peer broke RFC 6455 framing (reserved bits, a stray continuation, …)."""
+    NO_STATUS_RECEIVED = 1005
+    """Never sent: what the master's log says of a close frame that carried no code."""
     ABNORMAL_CLOSURE = 1006
     """Never sent: what the master's log says of a socket cut without a close frame."""
     INVALID_DATA = 1007

@@ -305,6 +305,12 @@ class Outbox:
         view = memoryview(data)
         size = len(view)
         for at in range(0, size, _CHUNK):
+            if not sink.open:
+                # Closed while it waited (a close frame may be out): nothing may follow it,
+                # and the message did not arrive whole.
+                view.release()
+                self._closed = True
+                return
             piece = view[at : at + _CHUNK]
             fin = 0x80 if at + _CHUNK >= size else 0
             opcode = 0x1 if at == 0 else 0x0  # text, then continuations

@@ -148,6 +148,7 @@ class Master:
             websocket_handshake_timeout=self.settings.hello_timeout_s,
             logger_name=peer_log,
             max_frame_size=self.settings.max_frame_bytes,
+            enable_auto_pong=False,  # answered by the connection, not while it cannot write
             read_buffer_init_size=_READ_BUFFER,
             use_aiofastnet=False,  # the event loop's own server (uvloop's when it runs)
             ssl=tls,

@@ -77,6 +77,7 @@ _FLUSH_BEFORE_CLOSE_S: Final = 1.0
 _CLOSE_TIMEOUT_S: Final = 10.0  # a close we sent waits this long for the peer's (RFC 6455 §7)
 _FAIL_TIMEOUT_S: Final = 1.0  # the same after a protocol error: the peer is broken
 _MAX_PENDING: Final = 64  # messages read while attaching before the socket is not read
+_MAX_PENDING_BYTES: Final = 1 << 20  # ... or their bytes
 # Fragments of one message: its size is bounded by max_frame_bytes, but empty fragments cost
 # nothing against that bound, and a peer could grow the list of parts for ever with them.
 _MAX_FRAGMENTS: Final = 4096
@@ -97,7 +98,11 @@ _TEXT: Final = WSMsgType.TEXT
 _BINARY: Final = WSMsgType.BINARY
 _CONTINUATION: Final = WSMsgType.CONTINUATION
 _CLOSE: Final = WSMsgType.CLOSE
+_PING: Final = WSMsgType.PING
 _PONG: Final = WSMsgType.PONG
+# Close codes a peer may send (RFC 6455 §7.4): 1004-1006 and 1015 are reserved, below 1000
+# and from 5000 on undefined.
+_SENDABLE_CLOSE: Final = frozenset((1000, 1001, 1002, 1003, *range(1007, 1015), *range(3000, 5000)))
 
 
 class _PeerLog(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -149,13 +154,18 @@ class WebSocketEndpoint:
         """Upgraded and not yet disconnected."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._keepalive: asyncio.Task[None] | None = None
+        self.closing = False
+        """Shutting down: no upgrade is taken, a connection that upgrades is closed 1001."""
 
     # --- the upgrade ---------------------------------------------------------------------
 
     def route(self, request: WSUpgradeRequest) -> WSUpgradeResponseWithListener:
         """Take the upgrade to ``/v1/ws`` as a :class:`Connection`, or refuse it: a wrong
         path (404), not an upgrade (426), a foreign browser origin (403), foreign
-        subprotocols only (400) (notes §2). picows then checks the WebSocket headers (400)."""
+        subprotocols only (400) (notes §2), or the master is shutting down (503). picows then
+        checks the WebSocket headers (400)."""
+        if self.closing:
+            return _refusal(HTTPStatus.SERVICE_UNAVAILABLE, "the master is shutting down\n")
         if request.path.split(b"?", 1)[0] != _PATH:
             return _refusal(HTTPStatus.NOT_FOUND, f"RAWP is served at {WS_PATH}\n")
         headers = request.headers
@@ -191,6 +201,7 @@ class WebSocketEndpoint:
     async def close_all(self, code: int, reason: str, timeout: float) -> None:
         """Close every connection with ``code`` and wait, up to ``timeout`` in all, for them
         to be gone and their detaches done (the shutdown: 1001); then cut what is left."""
+        self.closing = True
         if self._keepalive is not None:
             self._keepalive.cancel()
         for connection in list(self.connections):
@@ -204,8 +215,11 @@ class WebSocketEndpoint:
                 break
             waiting = [*self._tasks, *(c.gone() for c in self.connections)]
             await asyncio.wait(waiting, timeout=left)
-        for connection in list(self.connections):
+        cut = list(self.connections)
+        for connection in cut:
             connection.abort()
+        if cut:  # their disconnects (and the detaches those spawn) come a loop step later
+            await asyncio.wait([c.gone() for c in cut], timeout=1.0)
         late = list(self._tasks)
         for task in late:
             task.cancel()
@@ -229,7 +243,10 @@ class WebSocketEndpoint:
             await asyncio.sleep(period)
             now = loop.time()
             for connection in list(self.connections):
-                connection.keepalive(now, interval, timeout)
+                try:
+                    connection.keepalive(now, interval, timeout)
+                except Exception:  # one connection's failure must not end the node's sweep
+                    log.exception("keepalive_failed", conn=connection.id)
 
 
 class Connection(WSListener):
@@ -241,15 +258,18 @@ class Connection(WSListener):
         "_drainers",
         "_gone",
         "_heard",
-        "_holds",
         "_limiter",
         "_part_size",
         "_part_text",
         "_parts",
         "_pending",
+        "_pending_bytes",
+        "_pending_full",
         "_ping_at",
         "_quiet_since",
         "_raw",
+        "_reading_paused",
+        "_room",
         "_timer",
         "close_code",
         "endpoint",
@@ -281,9 +301,12 @@ class Connection(WSListener):
         self._part_text = True
         self._part_size = 0
         self._pending: list[tuple[bytes, bool]] | None = None  # read while attaching
+        self._pending_bytes = 0
+        self._room: asyncio.Task[None] | None = None  # waits for a full inbox to take more
         self._limiter: RateLimiter | None = None
         self._context: contextvars.Context | None = None  # logs name the session once attached
-        self._holds = 0  # reasons the socket is not read now (attaching, a full inbox)
+        self._pending_full = False  # what was read while attaching reached its bound
+        self._reading_paused = False  # the socket is not read (pending full, or inbox full)
         self._heard = True
         self._quiet_since = 0.0
         self._ping_at: float | None = None
@@ -295,6 +318,9 @@ class Connection(WSListener):
         self._raw = raw = transport.underlying_transport
         raw.set_write_buffer_limits(_WRITE_LIMIT)
         self.endpoint.connections.add(self)
+        if self.endpoint.closing:  # upgraded while the master shuts down
+            self.shut(CloseCode.GOING_AWAY, "the master is shutting down")
+            return
         settings = self.endpoint.hub.settings
         self._timer = asyncio.get_running_loop().call_later(
             settings.hello_timeout_s, self._hello_late
@@ -303,11 +329,10 @@ class Connection(WSListener):
     def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
         self._heard = True
         kind = frame.msg_type
-        if kind is _TEXT or kind is _BINARY or kind is _CONTINUATION:
+        if frame.rsv1 or frame.rsv2 or frame.rsv3:
+            self.fail(CloseCode.PROTOCOL_ERROR, "reserved bits set without an extension")
+        elif kind is _TEXT or kind is _BINARY or kind is _CONTINUATION:
             if self.phase >= _DRAINING:
-                return
-            if frame.rsv1 or frame.rsv2 or frame.rsv3:
-                self.fail(CloseCode.PROTOCOL_ERROR, "reserved bits set without an extension")
                 return
             if kind is _CONTINUATION:
                 self._continued(frame)
@@ -320,7 +345,16 @@ class Connection(WSListener):
                 self._part_text = kind is _TEXT
                 self._part_size = frame.payload_size
         elif kind is _CLOSE:
-            self.peer_closed(_code_of(frame.get_close_code()) if frame.payload_size >= 2 else None)
+            code = _code_of(frame.get_close_code()) if frame.payload_size >= 2 else None
+            if code is not None and code not in _SENDABLE_CLOSE:
+                self.fail(CloseCode.PROTOCOL_ERROR, f"close code {code} may not be sent")
+            else:
+                self.peer_closed(code)
+        elif kind is _PING:
+            # Answered while the peer reads what we write: a peer that pings and never reads
+            # would otherwise grow our write buffer with pongs.
+            if not self.paused and self.phase < _CLOSING:
+                transport.send_pong(frame.get_payload_as_bytes())
         elif kind is _PONG:
             self._ping_at = None
 
@@ -332,6 +366,9 @@ class Connection(WSListener):
             self._timer.cancel()
             self._timer = None
         self._parts = None  # (what was read while attaching is the attach's to handle)
+        if self._room is not None:
+            self._room.cancel()
+            self._room = None
         if self.close_code is None:
             handshake = transport.close_handshake
             if handshake is not None:
@@ -357,12 +394,22 @@ class Connection(WSListener):
     @property
     def open(self) -> bool:
         """Frames may still be written: no close sent or received, the socket is up."""
-        return self.phase < _CLOSING
+        return self.phase < _CLOSING and not self._close_sent_by_picows()
 
     @property
     def writable(self) -> bool:
         """Open, and the transport takes more now."""
-        return self.phase < _CLOSING and not self.paused
+        return self.phase < _CLOSING and not self.paused and not self._close_sent_by_picows()
+
+    def _close_sent_by_picows(self) -> bool:
+        """picows closes by itself on a frame it cannot parse (1002, 1009, …) or an exception
+        in a callback (1011): nothing may follow that close."""
+        transport = self.transport
+        if transport is not None and transport.is_close_frame_sent and self.phase < _CLOSING:
+            self.phase = _CLOSING
+            self._read_as_due()
+            return True
+        return False
 
     @property
     def buffered(self) -> int:
@@ -393,13 +440,17 @@ class Connection(WSListener):
     def shut(self, code: int, reason: str, *, timeout: float = _CLOSE_TIMEOUT_S) -> None:
         """Send a close frame (once): nothing is read or written after it; the socket is
         closed when the peer answers with its own, or after ``timeout``."""
-        if self.phase == _CLOSING or self.transport is None:
+        if self.phase == _CLOSING or self.transport is None or self._close_sent_by_picows():
             return
         self.phase = _CLOSING
         self.close_code = int(code)
         self._parts = None
         self._wake_drainers()
+        self._read_as_due()  # the peer's answer must be read
         self.transport.send_close(code, close_reason(reason))  # type: ignore[arg-type]
+        self._abort_in(timeout)
+
+    def _abort_in(self, timeout: float) -> None:
         if self._timer is not None:
             self._timer.cancel()
         self._timer = asyncio.get_running_loop().call_later(timeout, self.abort)
@@ -430,16 +481,19 @@ class Connection(WSListener):
         """The peer's close frame (``code`` None: it had none): echoed (RFC 6455 §5.5.1)
         unless ours was sent first, then our side of the socket is closed."""
         assert self.transport is not None
-        if self.phase != _CLOSING:
+        if self.phase != _CLOSING and not self._close_sent_by_picows():
             self.phase = _CLOSING
             self._parts = None
             self._wake_drainers()
-            self.close_code = code
+            self._read_as_due()
+            self.close_code = int(CloseCode.NO_STATUS_RECEIVED) if code is None else code
             if code is not None:
                 self.transport.send_close(code)  # type: ignore[arg-type]
             else:
                 self.transport.send(_CLOSE, b"")
         self.transport.disconnect()
+        # A peer that stops reading keeps a graceful close from ever finishing: cut it then.
+        self._abort_in(_FAIL_TIMEOUT_S)
 
     def _wake_drainers(self) -> None:
         drainers = self._drainers
@@ -452,6 +506,11 @@ class Connection(WSListener):
     def keepalive(self, now: float, interval: float, timeout: float) -> None:
         """One round of the endpoint's keepalive sweep for this connection."""
         if self.phase >= _DRAINING or self.transport is None:
+            return
+        if self._reading_paused:
+            # Not reading (its session's inbox is full): its pong could not be read either.
+            self._heard = True
+            self._ping_at = None
             return
         if self._ping_at is not None:
             if now - self._ping_at >= timeout:
@@ -502,8 +561,10 @@ class Connection(WSListener):
             pending = self._pending
             assert pending is not None
             pending.append((data, text))
-            if len(pending) == _MAX_PENDING:
-                self._hold_reading()  # read on once attached
+            self._pending_bytes += len(data)
+            if len(pending) >= _MAX_PENDING or self._pending_bytes >= _MAX_PENDING_BYTES:
+                self._pending_full = True
+                self._read_as_due()  # not until attached
 
     def _hello(self, data: bytes, text: bool) -> None:
         if self._timer is not None:
@@ -528,15 +589,17 @@ class Connection(WSListener):
         log.info("handshake_refused", conn=self.id, code=int(exc.close_code), reason=exc.message)
         self.shut(exc.close_code, exc.message)
 
-    def _hold_reading(self) -> None:
-        self._holds += 1
-        if self._holds == 1 and self._raw is not None and not self._gone:
-            self._raw.pause_reading()
-
-    def _release_reading(self) -> None:
-        self._holds -= 1
-        if self._holds == 0 and self._raw is not None and not self._gone:
-            self._raw.resume_reading()
+    def _read_as_due(self) -> None:
+        """Read the socket, or not: not while what was read behind the hello fills its bound
+        or the session's inbox is full (``_room``); always once closing (the peer's close)."""
+        paused = self.phase < _CLOSING and (self._pending_full or self._room is not None)
+        raw = self._raw
+        if paused != self._reading_paused and raw is not None and not self._gone:
+            self._reading_paused = paused
+            if paused:
+                raw.pause_reading()
+            else:
+                raw.resume_reading()
 
     async def _attach(self, hello: Hello) -> None:
         """Authenticate and attach (the connection's one task); then read what came."""
@@ -584,8 +647,8 @@ class Connection(WSListener):
             if self.phase == _DRAINING or participant.fenced:
                 break
             self._context.run(self._received, data, text)
-        if pending is not None and len(pending) >= _MAX_PENDING:
-            self._release_reading()
+        self._pending_full = False
+        self._read_as_due()
         if self._gone:
             await self._detach()
 
@@ -602,7 +665,7 @@ class Connection(WSListener):
         except Exception:
             log.exception("detach_failed")
         # (1006: cut without a close frame either way, as RFC 6455 §7.1.5 reports it)
-        log.info("detached", code=self.close_code or CloseCode.ABNORMAL_CLOSURE)
+        log.info("detached", code=self.close_code or int(CloseCode.ABNORMAL_CLOSURE))
 
     def _received(self, raw: bytes, text: bool) -> None:
         """One message of an attached participant: limits, decode, then its session."""
@@ -643,16 +706,19 @@ class Connection(WSListener):
         if isinstance(frame, Ack):
             participant.ack(frame.payload.last_seq)
             return
-        if not session.offer(participant, frame, raw):
+        if not session.offer(participant, frame, raw) and self._room is None:
             # The inbox is full: read no more from this socket until it has room.
-            self._hold_reading()
-            self.endpoint.spawn(self._read_on(session), self._context)
+            self._room = asyncio.get_running_loop().create_task(
+                self._read_on(session), context=self._context
+            )
+            self._read_as_due()
 
     async def _read_on(self, session: Session) -> None:
         try:
             await session.room()
         finally:
-            self._release_reading()
+            self._room = None
+            self._read_as_due()
 
     async def _close_after_errors(self) -> None:
         """The rate_limited errors queued so far go out before the close (§11)."""

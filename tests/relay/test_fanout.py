@@ -155,3 +155,34 @@ async def test_frames_put_in_one_loop_step_go_out_in_one_write(
         assert got == [frame(1), frame(2), frame(3)]
         assert len(writes) == 1
         outbox.close()
+
+
+class _ClosingSink:
+    """A sink that takes one write, pauses, and is closed while the outbox waits."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.open = True
+        self.writable = False  # paused from the start: the writer task writes
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes.append(bytes(data))
+
+    async def drain(self) -> None:
+        self.open = False  # a close frame went out meanwhile
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        self.open = False
+
+
+async def test_a_large_message_stops_at_a_sink_closed_between_its_fragments() -> None:
+    """Nothing follows a close: the fragments left of a backlog are not written, nor counted."""
+    sink = _ClosingSink()
+    sent: list[int] = []
+    outbox = Outbox(sink, limit_bytes=64 << 20, on_sent=sent.append, on_overflow=lambda: None)
+    outbox.start()
+    outbox.put(b"x" * (3 << 20), seq=7)  # three 1 MiB slices' worth: 48 fragments
+    await asyncio.sleep(0.05)
+    assert len(sink.writes) == 2  # the first fragment's header and payload only
+    assert sent == []
+    assert outbox.closed

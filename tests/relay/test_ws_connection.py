@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bench._wsraw import CLOSE, CONT, TEXT, RawWS, encode_frame, open_raw
+from bench._wsraw import CLOSE, CONT, PING, TEXT, HandshakeFailed, RawWS, encode_frame, open_raw
 from relay.server import Master
 from tests.e2e.util import hello, new_session, wait_until
 from tests.support.wire import envelope
@@ -167,3 +167,44 @@ async def test_a_peer_breaking_the_framing_is_logged_as_info_not_error(
     wire = [r for r in caplog.records if r.name == "rawp.ws.wire"]
     assert any("un-masked" in r.getMessage() and r.levelno == logging.INFO for r in wire)
     assert not [r for r in wire if r.levelno >= logging.ERROR]
+
+
+async def test_pings_from_a_peer_that_does_not_read_do_not_grow_the_write_buffer(
+    master: Master,
+) -> None:
+    """Pongs are written only while the peer takes what is written: a ping flood from a peer
+    that reads nothing leaves the master's write buffer near its limit, not growing with it."""
+    await new_session(master, "s-conn-pings", edges=0)
+    ws = await open_raw("127.0.0.1", master.ws_port, rcvbuf=4096)
+    ws.send_text(hello("s-conn-pings", role="edge").encode())
+    await wait_until(lambda: len(master.hub.sessions["s-conn-pings"].participants) == 2)
+    (connection,) = [
+        c
+        for c in master.ws_connections
+        if c.participant is not None and c.participant.role == "edge"
+    ]
+    ws.pause_reading()
+    batch = b"".join(encode_frame(PING, b"p" * 125) for _ in range(1000))  # 127 KB of pongs owed
+    for _ in range(400):  # until the kernel's buffers are full and the transport pauses
+        ws.write_raw(batch)
+        await asyncio.sleep(0.005)
+        if connection.paused:
+            break
+    assert connection.paused  # the peer's window and the kernel's buffers are full
+    for _ in range(40):  # 5 MB more of pings, none of them answered now
+        ws.write_raw(batch)
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(0.2)
+    assert connection.buffered <= 64 * 1024
+    ws.abort()
+
+
+async def test_an_upgrade_while_the_master_shuts_down_is_refused_503(master: Master) -> None:
+    """Once the shutdown has begun, an upgrade gets HTTP 503 rather than a connection."""
+    endpoint = master._ws_endpoint
+    assert endpoint is not None
+    endpoint.closing = True
+    with pytest.raises(HandshakeFailed) as refused:
+        await open_raw("127.0.0.1", master.ws_port)
+    assert refused.value.status == 503
+    endpoint.closing = False

@@ -33,10 +33,12 @@ class _Transport:
     def __init__(self) -> None:
         self.closed_with: int | None = None
         self.close_handshake = None
+        self.is_close_frame_sent = False
 
     def send_close(self, code: int, reason: object = None) -> None:
         if self.closed_with is None:
             self.closed_with = int(code)
+            self.is_close_frame_sent = True
 
 
 class _Recorder(Connection):

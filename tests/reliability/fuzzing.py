@@ -388,6 +388,7 @@ class _MemoryTransport:
         self.request: Any = None  # no HTTP upgrade in memory
         self.response: Any = None
         self.close_handshake: Any = None
+        self.is_close_frame_sent = False
         self.reading = asyncio.Event()
         self.reading.set()
 
@@ -409,6 +410,7 @@ class _MemoryTransport:
 
     # picows' part
     def send_close(self, code: int, reason: str = "") -> None:
+        self.is_close_frame_sent = True
         self.owner.close_sent(int(code), reason)
 
     def send(self, kind: object, data: bytes) -> None:
