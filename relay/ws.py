@@ -677,10 +677,7 @@ class Connection(WSListener):
         assert limiter is not None
         if participant.fenced:
             return  # superseded or dropped: whoever fenced it closes the socket
-        if not text:
-            participant.send_error(UnsupportedData("binary messages are not RAWP frames"))
-            return
-        if not limiter.allow(len(raw)):
+        if not limiter.allow(len(raw)):  # binary messages count too: each costs an answer
             settings = self.endpoint.hub.settings
             if limiter.strikes >= settings.rate_strikes_to_close:
                 if self.phase == _ATTACHED:  # (not when it is closing anyway)
@@ -691,6 +688,9 @@ class Connection(WSListener):
             participant.send_error(
                 RateLimited("too many frames or bytes per second"), ref_message_id=_ref_of(raw)
             )
+            return
+        if not text:
+            participant.send_error(UnsupportedData("binary messages are not RAWP frames"))
             return
         try:
             frame = codec.decode(raw)

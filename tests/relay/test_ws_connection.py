@@ -9,7 +9,17 @@ from typing import Any
 
 import pytest
 
-from bench._wsraw import CLOSE, CONT, PING, TEXT, HandshakeFailed, RawWS, encode_frame, open_raw
+from bench._wsraw import (
+    BINARY,
+    CLOSE,
+    CONT,
+    PING,
+    TEXT,
+    HandshakeFailed,
+    RawWS,
+    encode_frame,
+    open_raw,
+)
 from relay.server import Master
 from tests.e2e.util import hello, new_session, wait_until
 from tests.support.wire import envelope
@@ -208,3 +218,18 @@ async def test_an_upgrade_while_the_master_shuts_down_is_refused_503(master: Mas
         await open_raw("127.0.0.1", master.ws_port)
     assert refused.value.status == 503
     endpoint.closing = False
+
+
+async def test_binary_messages_count_against_the_rate_limit(make_master: Any) -> None:
+    """A flood of binary messages is rate limited like text ones, and closed 1008."""
+    master: Master = await make_master(
+        rate_frames_per_s=2.0, rate_burst_s=1.0, rate_strikes_to_close=3
+    )
+    await new_session(master, "s-conn-binary", edges=0)
+    ws = await _raw_peer(master, "s-conn-binary", role="edge")
+    for _ in range(50):
+        ws.write_frame(BINARY, b"\x00\x01")
+    assert await ws.wait_closed(timeout=10) == 1008
+    codes = [json.loads(m)["payload"]["error_code"] for m in ws.messages]
+    assert codes.count("unsupported_data") <= 2  # the burst's; then rate_limited, then 1008
+    assert "rate_limited" in codes
