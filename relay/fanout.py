@@ -32,7 +32,7 @@ from typing import Final, Protocol
 
 from protocol.errors import CloseCode
 
-__all__ = ["SLOW_CONSUMER", "Data", "Outbox", "Sink"]
+__all__ = ["SLOW_CONSUMER", "Data", "Outbox", "Sink", "wake_all"]
 
 SLOW_CONSUMER: Final = CloseCode.SLOW_CONSUMER
 
@@ -88,6 +88,13 @@ class Sink(Protocol):
     async def close(self, code: int = CloseCode.NORMAL, reason: str = "") -> None:
         """Close the connection with ``code`` (RFC 6455 §7) and wait until it is closed."""
         ...
+
+
+def wake_all(waiters: list[asyncio.Future[None]] | None) -> None:
+    """Resolve every future of ``waiters`` still waiting (a drain's, a paused writer's)."""
+    for future in waiters or ():
+        if not future.done():
+            future.set_result(None)
 
 
 def _sent_nowhere(seq: int) -> None:
@@ -247,12 +254,8 @@ class Outbox:
         return True
 
     def _wake_drainers(self) -> None:
-        waiters = self._idle_waiters
-        if waiters:
-            self._idle_waiters = None
-            for future in waiters:
-                if not future.done():
-                    future.set_result(None)
+        waiters, self._idle_waiters = self._idle_waiters, None
+        wake_all(waiters)
 
     def close(self) -> None:
         """Stop accepting and stop the writer (queued frames are dropped).

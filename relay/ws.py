@@ -55,7 +55,7 @@ from protocol.errors import (
 )
 from protocol.frames import SUBPROTOCOL, Ack, Hello
 
-from .fanout import Data
+from .fanout import Data, wake_all
 from .hub import Hub
 from .session import Participant, Session
 
@@ -496,12 +496,8 @@ class Connection(WSListener):
         self._abort_in(_FAIL_TIMEOUT_S)
 
     def _wake_drainers(self) -> None:
-        drainers = self._drainers
-        if drainers:
-            self._drainers = None
-            for future in drainers:
-                if not future.done():
-                    future.set_result(None)
+        drainers, self._drainers = self._drainers, None
+        wake_all(drainers)
 
     def keepalive(self, now: float, interval: float, timeout: float) -> None:
         """One round of the endpoint's keepalive sweep for this connection."""

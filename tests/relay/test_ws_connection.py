@@ -36,6 +36,18 @@ async def _raw_peer(master: Master, session_id: str, **payload: Any) -> RawWS:
     return ws
 
 
+async def _hello_and_messages(
+    master: Master, session_id: str, texts: list[str]
+) -> tuple[RawWS, list[dict[str, Any]]]:
+    """A new edge's hello and a user.message per text, all in one write (before any welcome)."""
+    ws = await open_raw("127.0.0.1", master.ws_port)
+    frames = [envelope(session_id, "user.message", {"text": text}) for text in texts]
+    ws.send_many(
+        [hello(session_id, role="edge").encode(), *(json.dumps(f).encode() for f in frames)]
+    )
+    return ws, frames
+
+
 def _fragments(data: bytes, parts: int) -> list[tuple[int, bytes, bool]]:
     """``data`` as a text message in ``parts`` fragments: (opcode, payload, fin)."""
     size = -(-len(data) // parts)
@@ -136,11 +148,7 @@ async def test_shutdown_closes_every_connection_1001_and_detaches_it(make_master
 async def test_frames_read_while_attaching_follow_the_attach_in_order(master: Master) -> None:
     """Frames sent right behind the hello, before the welcome, are kept and handled in order."""
     client, (edge,) = await new_session(master, "s-conn-early")
-    ws = await open_raw("127.0.0.1", master.ws_port)
-    frames = [envelope("s-conn-early", "user.message", {"text": f"m{i}"}) for i in range(80)]
-    ws.send_many(
-        [hello("s-conn-early", role="edge").encode(), *(json.dumps(f).encode() for f in frames)]
-    )
+    ws, frames = await _hello_and_messages(master, "s-conn-early", [f"m{i}" for i in range(80)])
     got = await edge.recv_until(
         lambda f: f.get("message_id") == frames[-1]["message_id"], timeout=10
     )
@@ -154,11 +162,7 @@ async def test_frames_read_while_attaching_follow_the_attach_in_order(master: Ma
 async def test_what_a_peer_sent_before_closing_while_attaching_is_kept(master: Master) -> None:
     """Hello, frames and a close in one write: the frames are logged, then the peer detaches."""
     client, (edge,) = await new_session(master, "s-conn-brief")
-    ws = await open_raw("127.0.0.1", master.ws_port)
-    frames = [envelope("s-conn-brief", "user.message", {"text": f"b{i}"}) for i in range(3)]
-    ws.send_many(
-        [hello("s-conn-brief", role="edge").encode(), *(json.dumps(f).encode() for f in frames)]
-    )
+    ws, frames = await _hello_and_messages(master, "s-conn-brief", ["b0", "b1", "b2"])
     ws.write_frame(CLOSE, (1000).to_bytes(2, "big"))
     got = await edge.recv_until(lambda f: f.get("message_id") == frames[-1]["message_id"])
     assert [f["payload"]["text"] for f in got if f["type"] == "user.message"] == ["b0", "b1", "b2"]
