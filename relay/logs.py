@@ -80,6 +80,7 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
             processors=[
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                 structlog.processors.format_exc_info,
+                escape_controls,  # a library's message may quote what a peer sent
                 renderer,
             ],
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -58,3 +59,19 @@ def test_configure_logging_installs_the_escaping_before_the_renderer() -> None:
     configure_logging("console")
     processors = structlog.get_config()["processors"]
     assert processors[-2] is escape_controls
+
+
+@pytest.mark.parametrize("fmt", ["console", "json"])
+def test_a_library_logger_line_carries_no_control_character(fmt: str) -> None:
+    """What a library logs through the stdlib (the WebSocket layer, aiohttp, redis) is escaped
+    too: a peer's text quoted in its message forges no line."""
+    configure_logging(fmt)
+    root = logging.getLogger()
+    (handler,) = root.handlers
+    record = logging.LogRecord(
+        "rawp.ws.wire", logging.WARNING, __file__, 1, "bad: %s", (EVIL,), None
+    )
+    line = handler.format(record)
+    assert "\n" not in line
+    assert not [c for c in CONTROLS if c in line]
+    assert "\\x0a2026-01-01 [error] forged line" in line
