@@ -16,16 +16,26 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from protocol.frames import Frame, GenericFrame
 
-from .store.base import AppendResult
+from .store.base import AppendResult, ParticipantRecord
 
-__all__ = ["Coordinator", "Node", "SoleNode"]
+__all__ = ["Coordinator", "Node", "ParticipantRead", "SoleNode"]
 
 S = TypeVar("S", contravariant=True)
 P = TypeVar("P", contravariant=True)
+
+
+class ParticipantRead(NamedTuple):
+    """What the cross-node rules already read of an attaching participant, under its
+    session's lock and mutex: the attach uses it instead of reading both again."""
+
+    record: ParticipantRecord | None
+    """its record (None: the store has none)"""
+    received: str | None
+    """the id of its last frame the log holds (``welcome.received``)"""
 
 
 class Coordinator(Protocol[S, P]):
@@ -55,8 +65,9 @@ class Coordinator(Protocol[S, P]):
 
     def attaching(
         self, session: S, role: str, participant_id: str | None
-    ) -> contextlib.AbstractAsyncContextManager[None]:
-        """Around an attach (caller holds ``session.lock``): cross-node checks and takeover."""
+    ) -> contextlib.AbstractAsyncContextManager[ParticipantRead | None]:
+        """Around an attach (caller holds ``session.lock``): cross-node checks and takeover;
+        yields what they read of the participant, when that is still what the store holds."""
         ...
 
     async def detaching(self, session: S, participant: P) -> bool:
@@ -173,8 +184,8 @@ class SoleNode:
 
     def attaching(
         self, session: object, role: str, participant_id: str | None
-    ) -> contextlib.AbstractAsyncContextManager[None]:
-        """No other node: nothing to check."""
+    ) -> contextlib.AbstractAsyncContextManager[ParticipantRead | None]:
+        """No other node: nothing to check, nothing read."""
         return contextlib.nullcontext()
 
     async def detaching(self, session: object, participant: object) -> bool:

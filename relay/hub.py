@@ -338,10 +338,10 @@ class Hub:
                 if session.needs_recovery:
                     raise StoreUnavailableError(f"session {session_id} is not recovered yet")
             joining = self.cluster.attaching(session, role, hello.payload.participant_id)
-            async with session.lock, joining:  # [multinode] cross-node checks and takeover
+            async with session.lock, joining as known:  # [multinode] cross-node rules
                 attached = None
                 if not session.terminated:
-                    attached = await session.attach(sink, hello, principal)
+                    attached = await session.attach(sink, hello, principal, known)
             if attached is None:
                 # Deleted while we waited: resolve the id again once the deletion is over
                 # (without waiting, a session still being closed would be looked up again

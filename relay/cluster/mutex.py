@@ -44,26 +44,37 @@ class SessionMutex:
         return session_id in self._tokens
 
     @contextlib.asynccontextmanager
-    async def guard(self, session: Session, participant_id: str = "") -> AsyncIterator[AttachView]:
+    async def guard(
+        self, session: Session, participant_id: str = "", *, hold_again: bool = False
+    ) -> AsyncIterator[AttachView]:
         """Hold the session's mutex, caught up with the log (caller holds ``session.lock``);
         yields what :meth:`enter` read of its participants."""
-        view = await self.enter(session, participant_id)
+        view = await self.enter(session, participant_id, hold_again=hold_again)
         try:
             yield view
         finally:
             await self.release(session)
 
-    async def enter(self, session: Session, participant_id: str = "") -> AttachView:
+    async def enter(
+        self, session: Session, participant_id: str = "", *, hold_again: bool = False
+    ) -> AttachView:
         """Take the mutex (waiting out a dead holder's TTL), hold the session, catch up.
 
         Returns the session's participants as the store has them now (``participant_id``'s
-        own record among them): under the mutex only a node's death changes them."""
+        own record among them): under the mutex only a node's death changes them.
+        ``hold_again``: tell the store we hold the session even when we believe it knows
+        (an attach: a sweep or a release in flight may have taken it out)."""
         shared = self.shared
         store = shared.store
         token = secrets.token_hex(8)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _MUTEX_WAIT_S
         delay = 0.002
+        # Held before anything is written under the mutex (an expiry, a detach, a recovery,
+        # an attach's record): if we are declared dead meanwhile, the sweep fences this
+        # session too, so a paused node's late write cannot land after it. Sent beside the
+        # mutex's round trip, not after it.
+        holding = asyncio.ensure_future(shared.hold(session.id, again=hold_again))
         try:
             while True:
                 # The mutex, the log after what we hold and the participants: one round trip
@@ -84,10 +95,7 @@ class SessionMutex:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.05)
             self._tokens[session.id] = token
-            # Held before anything is written under the mutex (an expiry, a detach, a
-            # recovery): if we are declared dead meanwhile, the sweep fences this session
-            # too, so a paused node's late write cannot land after it.
-            await shared.hold(session.id)
+            await holding
             await self.following.sync(session, read=entered.entries)
             view = entered.view
             self.refresh_client(session, view.clients)
@@ -97,6 +105,11 @@ class SessionMutex:
             if isinstance(exc, StoreUnavailableError):
                 raise
             raise StoreUnavailableError(str(exc)) from exc
+        finally:
+            if not holding.done():
+                holding.cancel()
+            elif not holding.cancelled():
+                holding.exception()  # retrieved: a failure is the enter's, raised above
         return view
 
     async def release(self, session: Session) -> None:

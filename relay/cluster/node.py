@@ -18,7 +18,7 @@ import structlog
 from protocol.errors import StoreError, StoreUnavailable
 from protocol.frames import Frame, GenericFrame
 
-from ..coordination import Node, SoleNode
+from ..coordination import Node, ParticipantRead, SoleNode
 from ..session import Participant, Session
 from ..store.base import AppendResult, Store
 from .following import Following
@@ -117,7 +117,7 @@ class ClusterNode:
 
     def attaching(
         self, session: Session, role: str, participant_id: str | None
-    ) -> contextlib.AbstractAsyncContextManager[None]:
+    ) -> contextlib.AbstractAsyncContextManager[ParticipantRead | None]:
         """Hold the mutex around an attach and apply the cross-node rules first."""
         return self.takeover.attaching(session, role, participant_id)
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Final
 
 from protocol.errors import ClientAttached, CloseCode, StoreError, StoreUnavailableError
 
+from ..coordination import ParticipantRead
 from ..recovery import recover_locked
 from ..session import Session
 from ..store.base import LogEntry, ParticipantRecord
@@ -45,13 +46,20 @@ class Takeover:
     @contextlib.asynccontextmanager
     async def attaching(
         self, session: Session, role: str, participant_id: str | None
-    ) -> AsyncIterator[None]:
-        """Hold the mutex around an attach and apply the cross-node rules first."""
+    ) -> AsyncIterator[ParticipantRead | None]:
+        """Hold the mutex around an attach and apply the cross-node rules first; yields the
+        participant's record and last received id as the mutex read them, when nothing the
+        rules did can have changed them (None: the attach reads them itself)."""
         await self._lease_renewed()
-        async with self.mutex.guard(session, participant_id or "") as view:
+        # Held before the record says "attached here" (told to the store again on every
+        # attach, with the mutex's round trip): if we die, the sweep finds the session.
+        async with self.mutex.guard(session, participant_id or "", hold_again=True) as view:
+            known = None
             if not session.terminated:
-                await self._admit(session, role, participant_id, view)
-            yield
+                remote = await self._admit(session, role, participant_id, view)
+                if not remote and participant_id and view.complete:
+                    known = ParticipantRead(view.own, view.received)
+            yield known
 
     async def _lease_renewed(self) -> None:
         """Wait (bounded) while a session has fenced our lease and the next heartbeat has not
@@ -64,21 +72,20 @@ class Takeover:
 
     async def _admit(
         self, session: Session, role: str, participant_id: str | None, view: AttachView
-    ) -> None:
+    ) -> bool:
         """Refuse a second client, fence our own connection on another node, recover what a
-        dead node left attached; ``view``: the participants as the mutex found them."""
+        dead node left attached; ``view``: the participants as the mutex found them. True
+        when another node holds records of the session (what was read may have changed)."""
         shared = self.shared
         store = shared.store
         if shared.rejoin:  # still (or again) without a lease of our own: see _lease_renewed
             raise StoreUnavailableError("this node is taking a new lease; attach again")
-        # Held before the record says "attached here": if we die, the sweep finds the session.
-        await shared.hold(session.id, again=True)
         # The view holds only what the rules need (the nodes with attached records, this
         # participant's own record, the client records): not every record, so a storm of N
         # viewers of one session costs N small reads, not N².
         remote = [node for node in view.nodes if node != shared.id]
         if not remote:
-            return
+            return False
         ages = await store.node_ages()
         dead = {node for node in remote if not shared.alive(ages, node)}
         for node in sorted(dead):
@@ -103,6 +110,7 @@ class Takeover:
         own = view.own
         if own is not None and own.role == role and elsewhere(own):
             await self._fence(session, own)  # a takeover of a connection on another node
+        return True
 
     async def _fence(self, session: Session, record: ParticipantRecord) -> None:
         """Have the node holding ``record``'s connection close it 4409 and wait (bounded)."""

@@ -14,6 +14,7 @@ from protocol.buffers import BoundedBuffer
 from protocol.errors import ClientAttached, CloseCode, Forbidden, StoreUnavailableError
 from protocol.frames import BufferGrant, Hello, Welcome
 
+from ..coordination import ParticipantRead
 from ..fanout import Sink
 from ..store.base import LogEntry, ParticipantRecord
 from . import builders
@@ -41,8 +42,15 @@ class Attacher:
         self.core = core
         self.roster = roster
 
-    async def attach(self, sink: Sink, hello: Hello, principal: Principal) -> Participant:
-        """Attach a connection (caller holds the lock); queues welcome and backlog."""
+    async def attach(
+        self,
+        sink: Sink,
+        hello: Hello,
+        principal: Principal,
+        known: ParticipantRead | None = None,
+    ) -> Participant:
+        """Attach a connection (caller holds the lock); queues welcome and backlog.
+        ``known``: the participant's record and last received id, read under this lock."""
         core = self.core
         store = core.store
         settings = core.settings
@@ -51,9 +59,14 @@ class Attacher:
         record = None
         received = None
         if p.participant_id:
-            # One read for both (one round trip under the session lock, not two);
-            # ``received`` is only used when the record turns out to be the participant's.
-            record, received = await store.participant_and_received(core.id, p.participant_id)
+            # One read for both (one round trip under the session lock, not two), or none
+            # when the cross-node rules read them under this lock already; ``received`` is
+            # only used when the record turns out to be the participant's.
+            if known is None:
+                known = ParticipantRead(
+                    *await store.participant_and_received(core.id, p.participant_id)
+                )
+            record, received = known
             if record is not None and record.role != role:
                 record = None
         current = core.attached_client()

@@ -24,6 +24,7 @@ from protocol.finalize import fold_entry
 from protocol.frames import Frame, GenericFrame, Hello, History, PresenceChange
 from protocol.state import SenderRole, SessionState
 
+from ..coordination import ParticipantRead
 from ..fanout import Sink
 from ..store.base import LogEntry, SessionHeader
 from .attach import Attacher
@@ -142,9 +143,16 @@ class Session(SessionCore):
 
     # --- attach / detach ----------------------------------------------------------------
 
-    async def attach(self, sink: Sink, hello: Hello, principal: Principal) -> Participant:
-        """Attach a connection (caller holds ``self.lock``); queues welcome and backlog."""
-        return await self.attacher.attach(sink, hello, principal)
+    async def attach(
+        self,
+        sink: Sink,
+        hello: Hello,
+        principal: Principal,
+        known: ParticipantRead | None = None,
+    ) -> Participant:
+        """Attach a connection (caller holds ``self.lock``); queues welcome and backlog.
+        ``known``: the participant's record and last received id, already read."""
+        return await self.attacher.attach(sink, hello, principal, known)
 
     async def detach(self, participant: Participant, *, finalize_client: bool = True) -> None:
         """The participant's connection is gone (notes §5): presence, window, §7.8.1."""

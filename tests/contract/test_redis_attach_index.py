@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from relay.store.base import ParticipantRecord
 from relay.store.redis import AttachView, RedisStore
 from relay.store.redis.keys import SessionKeys
-from tests.contract.test_store_contract import header
+from tests.contract.test_store_contract import entry, header
 from tests.support.redis_server import RedisServer
 
 __all__: list[str] = []
@@ -80,6 +80,10 @@ async def check_matches(store: RedisStore, raw: redis.Redis, session_id: str) ->
     for pid in ["", *_PIDS]:
         view = await store.attach_view(session_id, pid)
         assert normal(view) == normal(AttachView.of(records, pid))
+        # what the attach would read next comes with it (one round trip, not two)
+        assert view.complete == bool(pid)
+        if pid:
+            assert view.received == await store.last_received(session_id, pid)
 
 
 @settings(
@@ -123,7 +127,7 @@ def test_the_index_always_says_what_the_records_say(
                 await store.delete_session(s)
             if end != "keep":
                 assert index_of(raw, s) == ({}, {}, set())
-                assert await store.attach_view(s, "p-0") == AttachView({}, None, [])
+                assert normal(await store.attach_view(s, "p-0")) == AttachView({}, None, [])
         finally:
             await store.close()
 
@@ -145,11 +149,14 @@ async def test_an_attach_view_does_not_grow_with_the_audience(redis_server: Redi
                 participant_id=f"e-{i}", role="edge", attached=True, node_id=_NODES[i % 2]
             )
             await store.put_participant(s, edge)
+        await store.append(s, [entry("m-of-e-7", sender_id="e-7", sender_role="edge")])
         view = await store.attach_view(s, "e-7")
         assert view.nodes == {"N1": 250, "N2": 251}
         assert view.own is not None
         assert view.own.node_id == "N2"
         assert view.clients == [client]
+        assert view.received == "m-of-e-7"  # its last frame in the log, read with the view
+        assert view.complete
         await store.remove_participant(s, "c")
         assert (await store.attach_view(s, "")).nodes == {"N1": 250, "N2": 250}
     finally:
@@ -175,6 +182,7 @@ async def test_a_layout_1_session_is_read_whole_and_left_as_it_is(
             await store.put_participant(s, record)
         assert index_of(raw, s) == ({}, {}, set())
         view = await store.attach_view(s, "p-1")
+        assert not view.complete  # the attach reads its record and last received id itself
         assert view.nodes == {"N1": 1, "N2": 1}
         assert view.own is not None
         assert view.own.participant_id == "p-1"

@@ -21,7 +21,7 @@ from relay.store import MemoryStore, open_store
 from relay.store.base import AppendResult, Deadline, ParticipantRecord
 from relay.store.redis import NodeFencedError, RedisStore
 from relay.store.redis.framing import encode
-from relay.store.redis.keys import DEADLINES, EARLIER_DEADLINES
+from relay.store.redis.keys import DEADLINES, EARLIER_DEADLINES, SessionKeys
 from tests.contract.conftest import Backend
 from tests.contract.test_store_contract import entry, header, new_session
 from tests.support.redis_server import (
@@ -221,6 +221,21 @@ async def test_a_fenced_attach_leaves_the_reattach_deadline_armed(backend: Backe
     assert kept is not None
     assert kept.attached is False
     assert await sweeper.claim_due_deadlines(10_000) == [deadline]
+
+
+@single_redis
+async def test_a_fenced_detach_arms_no_deadline(backend: Backend) -> None:
+    """put_detached under a fenced lease writes nothing: no record, no deadline armed (the
+    session's own set included: a later deletion has nothing of it to drop)."""
+    node, sweeper, s, _ = await _fenced(backend, "node-pd")
+    detached = ParticipantRecord(participant_id="p-9", role="edge", detached_at_ms=1)
+    with pytest.raises(NodeFencedError):
+        await node.put_detached(s, detached, Deadline(session_id=s, participant_id="p-9", due_ms=1))
+    assert await node.get_participant(s, "p-9") is None
+    assert await sweeper.claim_due_deadlines(10_000) == []
+    assert backend.server is not None
+    with contextlib.closing(backend.server.client()) as raw:
+        assert not raw.sismember(SessionKeys.of(s).dl, "p-9")
 
 
 @redis_backends

@@ -718,6 +718,21 @@ async def test_put_detached_stores_the_record_and_arms_its_deadline(store: Store
     assert await store.claim_due_deadlines(200) == [armed]
 
 
+async def test_a_deadline_put_detached_armed_goes_with_its_deleted_session(store: Store) -> None:
+    """delete drops a deadline put_detached armed (and one put_attached disarmed stays gone)."""
+    s = await new_session(store)
+    detached = ParticipantRecord(participant_id="p-1", role="edge", detached_at_ms=50)
+    await store.put_detached(s, detached, Deadline(session_id=s, participant_id="p-1", due_ms=100))
+    await store.put_detached(
+        s,
+        ParticipantRecord(participant_id="p-2", role="edge", detached_at_ms=50),
+        Deadline(session_id=s, participant_id="p-2", due_ms=100),
+    )
+    await store.put_attached(s, ParticipantRecord(participant_id="p-2", role="edge", attached=True))
+    assert await store.delete_session(s)
+    assert await store.claim_due_deadlines(10_000) == []
+
+
 async def test_set_deadline_moves_it(store: Store) -> None:
     """Setting a participant's deadline again replaces the earlier one."""
     s = await new_session(store)

@@ -92,7 +92,7 @@ async def test_entering_takes_the_mutex_and_reads_what_its_holder_lacks(
     entered = await holder.enter_session(s, "holder", _TTL_MS, participant_id="c", after_seq=1)
     assert entered is not None
     assert [e.message_id for e in entered.entries or []] == ["m2", "m3"]
-    assert entered.view == AttachView({"N2": 1}, client, [client])
+    assert entered.view == AttachView({"N2": 1}, client, [client], complete=True)
     assert await contender.enter_session(s, "contender", _TTL_MS, after_seq=0) is None
     await stays_refused(contender, s, 4 * _TTL_MS / 1000)
     await holder.unlock_session(s, "holder")

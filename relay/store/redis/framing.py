@@ -134,6 +134,11 @@ class AttachView:
     """the attaching participant's record, if it has one"""
     clients: list[ParticipantRecord]
     """every client-role record"""
+    received: str | None = None
+    """the id of the attaching participant's last frame the log holds (``welcome.received``)"""
+    complete: bool = False
+    """``own`` and ``received`` were both read (a layout-2 session): the attach need not
+    read them again"""
 
     @classmethod
     def of(cls, records: Sequence[ParticipantRecord], participant_id: str) -> AttachView:
@@ -154,11 +159,13 @@ class AttachView:
         if layout < 2:  # no session (0), or one that keeps no index (1): from every record
             records = reply[1] if layout == 1 else []
             return cls.of([participant_dec.decode(r) for r in records], participant_id)
-        _layout, nodes, own, clients = reply
+        _layout, nodes, own, clients, received = reply
         return cls(
             {text(n): int(c) for n, c in pairs(nodes).items()},
             None if own is None else participant_dec.decode(own),
             [participant_dec.decode(r) for r in clients],
+            None if received is None else text(received),
+            complete=bool(participant_id),
         )
 
 

@@ -442,15 +442,21 @@ class RedisStore(Store):
     # --- participants and deadlines ---------------------------------------------------------
 
     async def put_participant(self, session_id: str, record: ParticipantRecord) -> None:
+        await self._put_record(session_id, record, "")
+
+    async def _put_record(self, session_id: str, record: ParticipantRecord, deadline: str) -> None:
+        """The record (fenced); ``deadline`` "+" / "-": the participant put in / taken out of
+        the session's set of those that may have an armed deadline, by the same script."""
         k = SessionKeys.of(session_id)
         await self._fenced_write(
             session_id,
             self._scripts.put_participant,
-            [k.hdr, k.parts, *k.index()],
+            [k.hdr, k.parts, *k.index(), k.dl],
             record.participant_id,
             encode(record),
             record.node_id if record.attached else "",
             "1" if record.role == "client" else "0",
+            deadline,
         )
 
     async def get_participant(
@@ -511,7 +517,7 @@ class RedisStore(Store):
         after_seq: int | None = None,
     ) -> Entered | None:
         k = SessionKeys.of(session_id)
-        keys = [k.hdr, k.parts, k.nodes, k.cli, mutex_key(session_id), k.log]
+        keys = [k.hdr, k.parts, k.nodes, k.cli, mutex_key(session_id), k.log, k.rcv]
         first = "" if after_seq is None else max(after_seq + 1, 1)
         with mapped():
             reply = await self._scripts.attach_view(
@@ -525,10 +531,15 @@ class RedisStore(Store):
 
     async def set_deadline(self, deadline: Deadline) -> None:
         k = SessionKeys.of(deadline.session_id)
-        member = encode((deadline.session_id, deadline.participant_id))
         with mapped():
             # the per-session set first: delete_session finds every deadline it must drop
             await self._client.sadd(k.dl, deadline.participant_id)
+        await self._arm(deadline)
+
+    async def _arm(self, deadline: Deadline) -> None:
+        """The deadline in the global index (its participant already in the session's set)."""
+        member = encode((deadline.session_id, deadline.participant_id))
+        with mapped():
             await self._client.zadd(DEADLINES, {member: deadline.due_ms})
 
     async def clear_deadline(self, session_id: str, participant_id: str) -> None:
@@ -554,16 +565,27 @@ class RedisStore(Store):
         return record, received
 
     async def put_attached(self, session_id: str, record: ParticipantRecord) -> None:
-        """The record (fenced), then the deadline's removal, one after the other, in this order.
+        """The record (fenced) and its removal from the session's deadline set in one script,
+        then the deadline's removal from the global index: two round trips, in this order.
 
         Not sent together: a record the store refused (a fenced lease, an outage) left the
         deadline disarmed all the same, so the participant — still detached in the store, its
         connection closed 1013 — never expired, and a fenced node cleared the deadline its
-        sweeper had armed. The deadline lives in another hash slot (``rawp:{~deadlines}``), so
-        one transaction cannot take both in a Redis Cluster.
+        sweeper had armed. The deadline lives in another hash slot (``rawp:{~dl}``), so one
+        transaction cannot take both in a Redis Cluster. Stopped between the two, the global
+        deadline is left: when due, it finds the participant attached and does nothing.
         """
-        await self.put_participant(session_id, record)
-        await self.clear_deadline(session_id, record.participant_id)
+        await self._put_record(session_id, record, "-")
+        await self._disarm(session_id, [record.participant_id])
+
+    async def put_detached(
+        self, session_id: str, record: ParticipantRecord, deadline: Deadline
+    ) -> None:
+        """The record (fenced) and its entry in the session's deadline set in one script, then
+        the deadline in the global index: two round trips (the set first, so a deletion finds
+        every deadline it must drop; a refused record arms nothing)."""
+        await self._put_record(session_id, record, "+")
+        await self._arm(deadline)
 
     async def claim_due_deadlines(self, now_ms: int, limit: int = 100) -> list[Deadline]:
         if limit <= 0:
