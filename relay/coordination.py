@@ -20,22 +20,33 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 
 from protocol.frames import Frame, GenericFrame
 
-from .store.base import AppendResult, ParticipantRecord
+from .store.base import AppendResult, LogEntry, ParticipantRecord
 
-__all__ = ["Coordinator", "Node", "ParticipantRead", "SoleNode"]
+__all__ = ["Coordinator", "LogPage", "Node", "ParticipantRead", "SoleNode"]
 
 S = TypeVar("S", contravariant=True)
 P = TypeVar("P", contravariant=True)
 
 
+class LogPage(NamedTuple):
+    """A read of the log: the entries after ``after_seq``, at most ``limit`` of them, as far
+    as the log went then (an attach keeps those up to its head)."""
+
+    after_seq: int
+    limit: int
+    entries: list[LogEntry]
+
+
 class ParticipantRead(NamedTuple):
-    """What the cross-node rules already read of an attaching participant, under its
-    session's lock and mutex: the attach uses it instead of reading both again."""
+    """What the cross-node rules already read for an attaching participant, under its
+    session's lock and mutex: the attach uses it instead of reading it again."""
 
     record: ParticipantRecord | None
     """its record (None: the store has none)"""
     received: str | None
     """the id of its last frame the log holds (``welcome.received``)"""
+    backlog: LogPage | None = None
+    """the first page of its backlog, when its hello named a cursor (None: not read)"""
 
 
 class Coordinator(Protocol[S, P]):
@@ -64,10 +75,12 @@ class Coordinator(Protocol[S, P]):
         ...
 
     def attaching(
-        self, session: S, role: str, participant_id: str | None
+        self, session: S, role: str, participant_id: str | None, backlog_after: int | None
     ) -> contextlib.AbstractAsyncContextManager[ParticipantRead | None]:
         """Around an attach (caller holds ``session.lock``): cross-node checks and takeover;
-        yields what they read of the participant, when that is still what the store holds."""
+        yields what they read for the participant (its record, its last received id, the
+        first page of its backlog after ``backlog_after`` when not None), when that is still
+        what the store holds."""
         ...
 
     async def detaching(self, session: S, participant: P) -> bool:
@@ -183,7 +196,7 @@ class SoleNode:
         return contextlib.nullcontext()
 
     def attaching(
-        self, session: object, role: str, participant_id: str | None
+        self, session: object, role: str, participant_id: str | None, backlog_after: int | None
     ) -> contextlib.AbstractAsyncContextManager[ParticipantRead | None]:
         """No other node: nothing to check, nothing read."""
         return contextlib.nullcontext()

@@ -38,7 +38,15 @@ from .coordination import Node, SoleNode
 from .fanout import Sink
 from .metrics import Metrics
 from .restart import recover_after_restart, recover_loaded
-from .session import Decoded, Participant, Session, SessionDeps, decode_log, state_of
+from .session import (
+    Decoded,
+    Participant,
+    Session,
+    SessionDeps,
+    backlog_read_after,
+    decode_log,
+    state_of,
+)
 from .store.base import Deadline, SessionHeader, Store
 
 __all__ = ["Hub", "SessionAttached", "new_session_header"]
@@ -337,7 +345,13 @@ class Hub:
                 await self._recover_on_load(session)
                 if session.needs_recovery:
                     raise StoreUnavailableError(f"session {session_id} is not recovered yet")
-            joining = self.cluster.attaching(session, role, hello.payload.participant_id)
+            resume = hello.payload.resume
+            joining = self.cluster.attaching(
+                session,
+                role,
+                hello.payload.participant_id,
+                None if resume is None else backlog_read_after(resume.last_seq),
+            )
             async with session.lock, joining as known:  # [multinode] cross-node rules
                 attached = None
                 if not session.terminated:

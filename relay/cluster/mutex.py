@@ -23,7 +23,7 @@ from .following import Following
 from .shared import NodeShared, check_cancelled
 
 if TYPE_CHECKING:
-    from ..store.redis import AttachView
+    from ..store.redis import Entered
 
 __all__ = ["MUTEX_TTL_MS", "SessionMutex"]
 
@@ -45,23 +45,34 @@ class SessionMutex:
 
     @contextlib.asynccontextmanager
     async def guard(
-        self, session: Session, participant_id: str = "", *, hold_again: bool = False
-    ) -> AsyncIterator[AttachView]:
+        self,
+        session: Session,
+        participant_id: str = "",
+        *,
+        hold_again: bool = False,
+        page: tuple[int, int] | None = None,
+    ) -> AsyncIterator[Entered]:
         """Hold the session's mutex, caught up with the log (caller holds ``session.lock``);
-        yields what :meth:`enter` read of its participants."""
-        view = await self.enter(session, participant_id, hold_again=hold_again)
+        yields what :meth:`enter` read."""
+        entered = await self.enter(session, participant_id, hold_again=hold_again, page=page)
         try:
-            yield view
+            yield entered
         finally:
             await self.release(session)
 
     async def enter(
-        self, session: Session, participant_id: str = "", *, hold_again: bool = False
-    ) -> AttachView:
+        self,
+        session: Session,
+        participant_id: str = "",
+        *,
+        hold_again: bool = False,
+        page: tuple[int, int] | None = None,
+    ) -> Entered:
         """Take the mutex (waiting out a dead holder's TTL), hold the session, catch up.
 
         Returns the session's participants as the store has them now (``participant_id``'s
-        own record among them): under the mutex only a node's death changes them.
+        own record among them): under the mutex only a node's death changes them; and with
+        ``page`` (after seq, limit) that read of the log, made in the same round trip.
         ``hold_again``: tell the store we hold the session even when we believe it knows
         (an attach: a sweep or a release in flight may have taken it out)."""
         shared = self.shared
@@ -86,6 +97,8 @@ class SessionMutex:
                     MUTEX_TTL_MS,
                     participant_id=participant_id,
                     after_seq=None if stale else session.head,
+                    page_after=None if page is None else page[0],
+                    page_limit=0 if page is None else page[1],
                 )
                 if entered is not None:
                     break
@@ -97,8 +110,7 @@ class SessionMutex:
             self._tokens[session.id] = token
             await holding
             await self.following.sync(session, read=entered.entries)
-            view = entered.view
-            self.refresh_client(session, view.clients)
+            self.refresh_client(session, entered.view.clients)
         except StoreError as exc:
             await self.release(session)
             self.following.store_failed(session)
@@ -110,7 +122,7 @@ class SessionMutex:
                 holding.cancel()
             elif not holding.cancelled():
                 holding.exception()  # retrieved: a failure is the enter's, raised above
-        return view
+        return entered
 
     async def release(self, session: Session) -> None:
         """Let go of the mutex; forget our hold on a session we no longer serve."""

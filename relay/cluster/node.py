@@ -116,14 +116,14 @@ class ClusterNode:
             yield
 
     def attaching(
-        self, session: Session, role: str, participant_id: str | None
+        self, session: Session, role: str, participant_id: str | None, backlog_after: int | None
     ) -> contextlib.AbstractAsyncContextManager[ParticipantRead | None]:
         """Hold the mutex around an attach and apply the cross-node rules first."""
-        return self.takeover.attaching(session, role, participant_id)
+        return self.takeover.attaching(session, role, participant_id, backlog_after)
 
     async def detaching(self, session: Session, participant: Participant) -> bool:
         """Take the mutex; True when the participant's record is still ours to write."""
-        record = (await self.mutex.enter(session, participant.id)).own
+        record = (await self.mutex.enter(session, participant.id)).view.own
         return (
             record is not None
             and record.attached

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Final
 
 from protocol.errors import ClientAttached, CloseCode, StoreError, StoreUnavailableError
 
-from ..coordination import ParticipantRead
+from ..coordination import LogPage, ParticipantRead
 from ..recovery import recover_locked
-from ..session import Session
+from ..session import BACKLOG_FIRST_READ, Session
 from ..store.base import LogEntry, ParticipantRecord
 from .following import Following
 from .mutex import SessionMutex
@@ -45,20 +45,28 @@ class Takeover:
 
     @contextlib.asynccontextmanager
     async def attaching(
-        self, session: Session, role: str, participant_id: str | None
+        self, session: Session, role: str, participant_id: str | None, backlog_after: int | None
     ) -> AsyncIterator[ParticipantRead | None]:
         """Hold the mutex around an attach and apply the cross-node rules first; yields the
-        participant's record and last received id as the mutex read them, when nothing the
-        rules did can have changed them (None: the attach reads them itself)."""
+        participant's record, last received id and first backlog page (after
+        ``backlog_after``) as the mutex read them, when nothing the rules did can have
+        changed them (None: the attach reads them itself)."""
         await self._lease_renewed()
+        page = None if backlog_after is None else (backlog_after, BACKLOG_FIRST_READ)
         # Held before the record says "attached here" (told to the store again on every
         # attach, with the mutex's round trip): if we die, the sweep finds the session.
-        async with self.mutex.guard(session, participant_id or "", hold_again=True) as view:
+        async with self.mutex.guard(
+            session, participant_id or "", hold_again=True, page=page
+        ) as entered:
+            view = entered.view
             known = None
             if not session.terminated:
                 remote = await self._admit(session, role, participant_id, view)
                 if not remote and participant_id and view.complete:
-                    known = ParticipantRead(view.own, view.received)
+                    backlog = None
+                    if page is not None and entered.page is not None:
+                        backlog = LogPage(page[0], page[1], entered.page)
+                    known = ParticipantRead(view.own, view.received, backlog)
             yield known
 
     async def _lease_renewed(self) -> None:

@@ -3,12 +3,15 @@
 The public API is :class:`Session` (made with the :class:`SessionDeps` it is handed),
 :class:`Participant` (one attached connection), :func:`rebuild_state` (or, of a log decoded
 once with :func:`decode_log`, :func:`state_of`), :func:`presence_change`, and for the
-recoveries :func:`logged_roster` and :func:`deadline_again`; the modules of
+recoveries :func:`logged_roster` and :func:`deadline_again`, and for a coordinator reading
+an attach's first backlog page ahead :func:`backlog_read_after` and :data:`BACKLOG_FIRST_READ`
+(where and how much of the log it reads first); the modules of
 this package are its parts (docs/architecture.md).
 """
 
 from __future__ import annotations
 
+from .attach import BACKLOG_FIRST_READ, backlog_read_after
 from .builders import presence_change
 from .core import SessionDeps
 from .participant import Participant
@@ -17,10 +20,12 @@ from .roster import deadline_again, logged_roster
 from .session import Session
 
 __all__ = [
+    "BACKLOG_FIRST_READ",
     "Decoded",
     "Participant",
     "Session",
     "SessionDeps",
+    "backlog_read_after",
     "deadline_again",
     "decode_log",
     "logged_roster",

@@ -14,7 +14,7 @@ from protocol.buffers import BoundedBuffer
 from protocol.errors import ClientAttached, CloseCode, Forbidden, StoreUnavailableError
 from protocol.frames import BufferGrant, Hello, Welcome
 
-from ..coordination import ParticipantRead
+from ..coordination import LogPage, ParticipantRead
 from ..fanout import Sink
 from ..store.base import LogEntry, ParticipantRecord
 from . import builders
@@ -25,9 +25,19 @@ from .roster import Roster
 if TYPE_CHECKING:
     from ..auth import Principal
 
-__all__ = ["Attacher"]
+__all__ = ["BACKLOG_FIRST_READ", "Attacher", "backlog_read_after"]
 
 _BACKLOG_PAGE: Final = 256  # log entries read at once while a backlog is built
+BACKLOG_FIRST_READ: Final = _BACKLOG_PAGE + 1
+"""Entries the first read of a backlog takes: the cursor's own (the anchor) and a page."""
+
+
+def backlog_read_after(cursor: int) -> int:
+    """The seq the first read of a backlog from ``cursor`` starts after (the anchor's
+    predecessor: the anchor's id and time go in the history)."""
+    return max(0, cursor - 1)
+
+
 _SUPERSEDED: Final = CloseCode.SUPERSEDED
 
 
@@ -66,7 +76,7 @@ class Attacher:
                 known = ParticipantRead(
                     *await store.participant_and_received(core.id, p.participant_id)
                 )
-            record, received = known
+            record, received = known.record, known.received
             if record is not None and record.role != role:
                 record = None
         current = core.attached_client()
@@ -109,7 +119,8 @@ class Attacher:
             cursor = record.cursor
         if cursor is not None:
             resume_id = p.resume.last_message_id if p.resume is not None else None
-            participant.outbox.put(await self._backlog(participant, cursor, resume_id))
+            read = None if known is None else known.backlog
+            participant.outbox.put(await self._backlog(participant, cursor, resume_id, read))
             record.cursor = max(min(cursor, core.head), record.cursor if resumed else 0)
         else:
             record.cursor = core.head
@@ -157,7 +168,11 @@ class Attacher:
         )
 
     async def _backlog(
-        self, participant: Participant, cursor: int, resume_id: str | None
+        self,
+        participant: Participant,
+        cursor: int,
+        resume_id: str | None,
+        read: LogPage | None = None,
     ) -> bytearray:
         """The M→participant ``session.history`` for everything after ``cursor`` (notes §7).
 
@@ -165,6 +180,7 @@ class Attacher:
         and the frame is assembled from the buffer's entries as they are released, so a
         backlog costs about one copy of what it keeps (docs/protocol.md §7). The frame fits
         the welcome's ``max_frame_bytes``: what does not fit is lost by the policy's rule.
+        ``read``: the first read, made ahead under this lock (used when it covers this one).
         """
         core = self.core
         store = core.store
@@ -173,13 +189,19 @@ class Attacher:
         head = core.head  # up to our head only: later entries reach the participant live
         # The first read brings the cursor's own entry (the anchor: its id and time go in the
         # history) with the first page: one read before anything is buffered, not three.
-        start = max(0, cursor - 1)
-        first = await store.read(
-            core.id,
-            after_seq=start,
-            before_seq=head + 1 if cursor <= head else None,
-            limit=_BACKLOG_PAGE + 1 if cursor <= head else 1,
-        )
+        start = backlog_read_after(cursor)
+        limit = BACKLOG_FIRST_READ if cursor <= head else 1
+        if read is not None and read.after_seq == start and read.limit >= limit:
+            # What that read found up to our head is what this one would (the log below
+            # our head does not change while we hold the lock).
+            first = [e for e in read.entries if cursor > head or e.seq <= head][:limit]
+        else:
+            first = await store.read(
+                core.id,
+                after_seq=start,
+                before_seq=head + 1 if cursor <= head else None,
+                limit=limit,
+            )
         anchor_entry = first[0] if cursor > 0 and first and first[0].seq == cursor else None
         page: list[LogEntry] | None = first[1:] if anchor_entry is not None else first
         # A cursor past our head, or naming another frame, is from a log we no longer have.

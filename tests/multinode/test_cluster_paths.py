@@ -17,6 +17,7 @@ import pytest
 
 from relay.recovery import recover_locked
 from relay.server import Master
+from relay.session import backlog_read_after
 from relay.store.redis.keys import SessionKeys
 from tests.e2e.conftest import API_KEY
 from tests.e2e.conftest import test_settings as settings_for
@@ -389,3 +390,55 @@ async def test_a_detach_its_node_could_not_log_is_logged_when_that_node_is_recov
         (edge.participant_id, "detached")
     ]
     assert roster_of(await a.store.read(s))[edge.participant_id] == "detached"
+
+
+async def test_a_backlog_longer_than_the_page_read_with_the_mutex_is_whole(nodes: Any) -> None:
+    """An edge resuming on a Redis node gets its backlog's first page with the mutex's read
+    and the rest page by page: every frame after its cursor once, in order, with the anchor's
+    id (a resume before the first frame, one mid-log, one at the head)."""
+    (n1,) = await nodes(1)
+    s = sid()
+    client = await Peer.open(n1.ws_url, s, token=API_KEY, create=True)
+    edge = await Peer.open(n1.ws_url, s, role="edge", token=API_KEY)
+    sent = [
+        await client.send("agent.text.delta", {"block_id": "b", "delta": f"{i}"})
+        for i in range(600)
+    ]
+    session = n1.hub.sessions[s]
+    await wait_until(lambda: session.head >= 602)  # two presence entries and 600 frames
+    head = session.head
+    await edge.close()
+    logged = {e.seq: e.message_id for e in await n1.store.read(s, after_seq=0)}
+    store = n1.store
+    reads: list[int] = []
+    read = store.read
+
+    async def counted(session_id: str, **kwargs: Any) -> Any:
+        reads.append(kwargs.get("after_seq", 0))
+        return await read(session_id, **kwargs)
+
+    store.read = counted  # type: ignore[method-assign]
+    for cursor in (0, 123, head):
+        reads.clear()
+        again = await Peer.open(
+            n1.ws_url,
+            s,
+            role="edge",
+            token=API_KEY,
+            participant_id=edge.participant_id,
+            presence=False,
+            resume={"last_seq": cursor, "last_message_id": logged.get(cursor, "")}
+            if cursor
+            else {"last_seq": 0},
+        )
+        history = await again.recv_type("session.history")
+        seqs = [f["seq"] for f in history["payload"]["frames"]]
+        ours = [f["message_id"] for f in history["payload"]["frames"]]
+        assert seqs == list(range(max(cursor, 2) + 1, head + 1))
+        assert set(ours) <= {m["message_id"] for m in sent}
+        # the first read (from the anchor on) came with the mutex: only later pages are read
+        assert backlog_read_after(cursor) not in reads
+        assert len(reads) == max(0, -(-(head - cursor - 256) // 256))
+        assert history["payload"]["last_message_id"] == logged.get(cursor, "")
+        assert history["payload"]["buffer_status"]["truncated"] is False
+        await again.close()

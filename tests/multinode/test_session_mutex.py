@@ -76,6 +76,36 @@ async def test_a_holder_working_past_the_ttl_keeps_the_mutex(
     await contender.unlock_session(s, "contender")
 
 
+async def test_entering_for_an_attach_reads_its_first_backlog_page_too(
+    stores: Callable[[], RedisStore],
+) -> None:
+    """With a page asked for, enter_session also returns at most that many entries after the
+    seq asked (to the log's end), with the participant's last received id: what an attach
+    would read next, in the same round trip; without one, no page."""
+    store = stores()
+    h = header()
+    await store.create_session(h)
+    s = h.session_id
+    sent = [entry(f"m{i}", sender_id="e", sender_role="edge") for i in range(1, 6)]
+    await store.append(s, sent)
+    entered = await store.enter_session(
+        s, "t1", _TTL_MS, participant_id="e", after_seq=5, page_after=1, page_limit=3
+    )
+    assert entered is not None
+    assert entered.entries == []
+    assert [e.seq for e in entered.page or []] == [2, 3, 4]
+    assert entered.view.received == "m5"
+    await store.unlock_session(s, "t1")
+    tail = await store.enter_session(s, "t2", _TTL_MS, page_after=3, page_limit=10)
+    assert tail is not None
+    assert [e.message_id for e in tail.page or []] == ["m4", "m5"]
+    await store.unlock_session(s, "t2")
+    plain = await store.enter_session(s, "t3", _TTL_MS)
+    assert plain is not None
+    assert plain.page is None
+    await store.unlock_session(s, "t3")
+
+
 async def test_entering_takes_the_mutex_and_reads_what_its_holder_lacks(
     stores: Callable[[], RedisStore],
 ) -> None:

@@ -90,6 +90,8 @@ class Entered:
     entries: list[LogEntry] | None
     """the log after the seq asked for (None: not asked)"""
     view: AttachView
+    page: list[LogEntry] | None = None
+    """the page of the log asked for as well (None: not asked)"""
 
 
 class RedisStore(Store):
@@ -496,12 +498,21 @@ class RedisStore(Store):
         *,
         participant_id: str = "",
         after_seq: int | None = None,
+        page_after: int | None = None,
+        page_limit: int = 0,
     ) -> Entered | None:
         """Take the session's mutex (as :meth:`lock_session`, renewed while held) and, in the
-        same round trip, read what its holder needs: the log after ``after_seq`` (None: none)
-        and :meth:`attach_view`. None when another holds the mutex."""
+        same round trip, read what its holder needs: the log after ``after_seq`` (None: none),
+        :meth:`attach_view`, and at most ``page_limit`` entries after ``page_after`` (None:
+        none; an attach's first backlog page). None when another holds the mutex."""
         entered = await self._read_view(
-            session_id, participant_id, token=token, ttl_ms=ttl_ms, after_seq=after_seq
+            session_id,
+            participant_id,
+            token=token,
+            ttl_ms=ttl_ms,
+            after_seq=after_seq,
+            page_after=page_after,
+            page_limit=page_limit,
         )
         if entered is not None:
             self.coordination.renew_while_held(session_id, token, ttl_ms)
@@ -515,19 +526,26 @@ class RedisStore(Store):
         token: str = "",
         ttl_ms: int = 0,
         after_seq: int | None = None,
+        page_after: int | None = None,
+        page_limit: int = 0,
     ) -> Entered | None:
         k = SessionKeys.of(session_id)
         keys = [k.hdr, k.parts, k.nodes, k.cli, mutex_key(session_id), k.log, k.rcv]
         first = "" if after_seq is None else max(after_seq + 1, 1)
+        page_first = "" if page_after is None or page_limit <= 0 else max(page_after + 1, 1)
         with mapped():
             reply = await self._scripts.attach_view(
-                keys=keys, args=[participant_id, token, ttl_ms, first]
+                keys=keys, args=[participant_id, token, ttl_ms, first, page_first, page_limit]
             )
         if int(reply[0]) == 0:
             return None
-        _taken, log, view = reply
+        _taken, log, view, page = reply
         entries = None if after_seq is None else [entry_dec.decode(row[1][1]) for row in log]
-        return Entered(entries, AttachView.decoded(view, participant_id))
+        return Entered(
+            entries,
+            AttachView.decoded(view, participant_id),
+            None if page_first == "" else [entry_dec.decode(row[1][1]) for row in page],
+        )
 
     async def set_deadline(self, deadline: Deadline) -> None:
         k = SessionKeys.of(deadline.session_id)
