@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Final
 
 from protocol.errors import StoreError, StoreUnavailableError
@@ -29,6 +29,11 @@ __all__ = ["MUTEX_TTL_MS", "SessionMutex"]
 
 MUTEX_TTL_MS: Final = 3000  # a crashed holder blocks its session at most this long
 _MUTEX_WAIT_S: Final = 4.0  # > the TTL: a waiter always outlasts a dead holder
+# How many holders in a row of this node may take a session's mutex over from the one before
+# while its release is on its way: then the release is waited for, so another node waiting
+# for the mutex gets its turn within a few of our holds (a reconnect storm on one node holds
+# it hundreds of times in a row).
+_TAKEOVERS_IN_A_ROW: Final = 16
 
 
 class SessionMutex:
@@ -38,6 +43,10 @@ class SessionMutex:
         self.shared = shared
         self.following = following
         self._tokens: dict[str, str] = {}  # session id -> our token (one holder per session)
+        # session id -> (our last token, its release on its way; holders in a row that took
+        # the mutex over from the one before): the next holder here takes it over, not waits
+        self._released: dict[str, tuple[str, int]] = {}
+        self._in_a_row: dict[str, int] = {}  # session id -> the holder's place in its row
 
     def holds(self, session_id: str) -> bool:
         """Does this node hold the session's mutex now?"""
@@ -51,14 +60,15 @@ class SessionMutex:
         *,
         hold_again: bool = False,
         page: tuple[int, int] | None = None,
+        hand_over: bool = False,
     ) -> AsyncIterator[Entered]:
         """Hold the session's mutex, caught up with the log (caller holds ``session.lock``);
-        yields what :meth:`enter` read."""
+        yields what :meth:`enter` read. ``hand_over``: see :meth:`release`."""
         entered = await self.enter(session, participant_id, hold_again=hold_again, page=page)
         try:
             yield entered
         finally:
-            await self.release(session)
+            await self.release(session, hand_over=hand_over)
 
     async def enter(
         self,
@@ -81,6 +91,9 @@ class SessionMutex:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _MUTEX_WAIT_S
         delay = 0.002
+        before, in_a_row = self._released.get(session.id, ("", 0))
+        if in_a_row >= _TAKEOVERS_IN_A_ROW:
+            before, in_a_row = "", 0  # wait for that release: another node's turn first
         # Held before anything is written under the mutex (an expiry, a detach, a recovery,
         # an attach's record): if we are declared dead meanwhile, the sweep fences this
         # session too, so a paused node's late write cannot land after it. Sent beside the
@@ -99,6 +112,7 @@ class SessionMutex:
                     after_seq=None if stale else session.head,
                     page_after=None if page is None else page[0],
                     page_limit=0 if page is None else page[1],
+                    released=before,
                 )
                 if entered is not None:
                     break
@@ -108,6 +122,7 @@ class SessionMutex:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.05)
             self._tokens[session.id] = token
+            self._in_a_row[session.id] = in_a_row + 1 if before else 0
             await holding
             await self.following.sync(session, read=entered.entries)
             self.refresh_client(session, entered.view.clients)
@@ -124,13 +139,24 @@ class SessionMutex:
                 holding.exception()  # retrieved: a failure is the enter's, raised above
         return entered
 
-    async def release(self, session: Session) -> None:
-        """Let go of the mutex; forget our hold on a session we no longer serve."""
+    async def release(self, session: Session, *, hand_over: bool = False) -> None:
+        """Let go of the mutex; forget our hold on a session we no longer serve.
+
+        ``hand_over`` (an attach, a detach: what a reconnect storm does hundreds of times in
+        a row): the release is sent, not waited for, and this node's next holder may take the
+        mutex over meanwhile — one round trip less under the session's lock; another node
+        waits for it to land. Otherwise the mutex is free when this returns."""
         shared = self.shared
         token = self._tokens.pop(session.id, None)
         if token is not None:
-            with contextlib.suppress(StoreError):
-                await shared.store.unlock_session(session.id, token)
+            in_a_row = self._in_a_row.pop(session.id, 0)
+            release = shared.store.unlock_soon(session.id, token)
+            if hand_over and not shared.host.shutting_down:
+                self._released[session.id] = (token, in_a_row)
+                shared.host.spawn(self._release(session.id, token, release))
+            else:
+                with contextlib.suppress(StoreError):
+                    await release
         if (
             session.id in shared.holding
             and not session.participants
@@ -140,6 +166,15 @@ class SessionMutex:
             and not shared.host.shutting_down
         ):
             await shared.release_held(session.id)
+
+    async def _release(self, session_id: str, token: str, release: Awaitable[None]) -> None:
+        """Release ``token``'s mutex; then our next holder has nothing to take over."""
+        try:
+            with contextlib.suppress(StoreError):
+                await release
+        finally:
+            if self._released.get(session_id, ("",))[0] == token:
+                del self._released[session_id]
 
     def refresh_client(self, session: Session, clients: list[ParticipantRecord]) -> None:
         """``session.client_id`` as the store has it (another node may have changed it):

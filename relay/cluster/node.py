@@ -132,8 +132,9 @@ class ClusterNode:
         )
 
     async def release(self, session: Session) -> None:
-        """After a detach: let go of the mutex :meth:`detaching` took."""
-        await self.mutex.release(session)
+        """After a detach: let go of the mutex :meth:`detaching` took (this node's next
+        attach or detach may take it over before the release lands)."""
+        await self.mutex.release(session, hand_over=True)
 
     async def ready(
         self, session: Session, batch: Sequence[tuple[Participant, Frame | GenericFrame, bytes]]

@@ -56,7 +56,7 @@ class Takeover:
         # Held before the record says "attached here" (told to the store again on every
         # attach, with the mutex's round trip): if we die, the sweep finds the session.
         async with self.mutex.guard(
-            session, participant_id or "", hold_again=True, page=page
+            session, participant_id or "", hold_again=True, page=page, hand_over=True
         ) as entered:
             view = entered.view
             known = None

@@ -76,6 +76,29 @@ async def test_a_holder_working_past_the_ttl_keeps_the_mutex(
     await contender.unlock_session(s, "contender")
 
 
+async def test_a_holder_takes_the_mutex_over_from_a_release_still_on_its_way(
+    stores: Callable[[], RedisStore],
+) -> None:
+    """A node's next holder takes the mutex over from the token it released without waiting;
+    the late release then leaves it held. Without that token (another node), or with one that
+    does not hold the mutex, entering is refused as before (tokens are each node's secret)."""
+    node, other = stores(), stores()
+    h = header()
+    await node.create_session(h)
+    s = h.session_id
+    assert await node.enter_session(s, "t1", _TTL_MS) is not None
+    release = node.unlock_soon(s, "t1")  # its round trip not sent yet
+    assert await other.enter_session(s, "o1", _TTL_MS) is None  # still t1's
+    assert await node.enter_session(s, "t2", _TTL_MS, released="x") is None
+    assert await node.enter_session(s, "t2", _TTL_MS, released="t1") is not None
+    await release  # lands after the takeover: finds t2, releases nothing
+    assert await other.enter_session(s, "o1", _TTL_MS) is None
+    assert not await other.lock_session(s, "o1", _TTL_MS)
+    await node.unlock_session(s, "t2")
+    assert await other.enter_session(s, "o2", _TTL_MS, released="t2") is not None
+    await other.unlock_session(s, "o2")
+
+
 async def test_entering_for_an_attach_reads_its_first_backlog_page_too(
     stores: Callable[[], RedisStore],
 ) -> None:
@@ -246,5 +269,54 @@ async def test_a_delete_waiting_on_a_slow_consumer_keeps_its_mutex(
         assert status == 200
         assert await other_node.lock_session(s, "contender", _TTL_MS)
         await other_node.unlock_session(s, "contender")
+    finally:
+        await master.stop()
+
+
+async def test_a_node_takes_its_own_released_mutex_over_at_most_16_times_in_a_row(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Holds handed over (attaches, detaches) do not wait for their release: the next hold on
+    this node takes the mutex over, 16 times in a row at most; the 17th waits for the release
+    to land (another node's turn), and every hold gets the mutex."""
+    with contextlib.closing(redis_server.client()) as c:
+        c.flushall()
+    options: dict[str, Any] = {"store": redis_server.url, "node_id": "N1"}
+    master = Master(settings_for(**options, node_heartbeat_s=0.1, node_dead_after_s=5.0))
+    await master.start()
+    try:
+        s = sid()
+        await Peer.open(master.ws_url, s, role="client", token=API_KEY, create=True)
+        session = master.hub.sessions[s]
+        store = master.store
+        assert isinstance(store, RedisStore)
+        unlock_soon = store.unlock_soon
+
+        def late(session_id: str, token: str) -> Any:
+            release = unlock_soon(session_id, token)
+
+            async def landing() -> None:
+                await asyncio.sleep(0.05)  # the release's round trip, slow
+                await release
+
+            return landing()
+
+        took_over: list[str] = []
+        enter = store.enter_session
+
+        async def entering(*args: Any, **kwargs: Any) -> Any:
+            took_over.append(kwargs.get("released", ""))
+            return await enter(*args, **kwargs)
+
+        monkeypatch.setattr(store, "unlock_soon", late)
+        monkeypatch.setattr(store, "enter_session", entering)
+        mutex = master.hub.cluster.mutex  # type: ignore[attr-defined]
+        holds = 0
+        for _ in range(40):
+            async with session.lock, mutex.guard(session, hand_over=True):
+                holds += 1
+        assert holds == 40
+        runs = "".join("t" if token else "." for token in took_over).split(".")
+        assert max(len(run) for run in runs) == 16
     finally:
         await master.stop()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,9 +187,17 @@ class Coordination:
 
     async def unlock_session(self, session_id: str, token: str) -> None:
         """Stop renewing the session's mutex and release it if ``token`` still holds it."""
+        await self.release_soon(session_id, token)
+
+    def release_soon(self, session_id: str, token: str) -> Awaitable[None]:
+        """Stop renewing ``token``'s mutex now; the returned awaitable releases it if
+        ``token`` still holds it."""
         held = self._held.pop((session_id, token), None)
         if held is not None:
             held.stop.set()  # a renewal in flight is token-checked: harmless after the unlock
+        return self._unlock(session_id, token)
+
+    async def _unlock(self, session_id: str, token: str) -> None:
         key = mutex_key(session_id)
         with mapped():
             await self._scripts.unlock(keys=[key], args=[token])

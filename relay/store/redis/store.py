@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -500,11 +500,14 @@ class RedisStore(Store):
         after_seq: int | None = None,
         page_after: int | None = None,
         page_limit: int = 0,
+        released: str = "",
     ) -> Entered | None:
         """Take the session's mutex (as :meth:`lock_session`, renewed while held) and, in the
         same round trip, read what its holder needs: the log after ``after_seq`` (None: none),
         :meth:`attach_view`, and at most ``page_limit`` entries after ``page_after`` (None:
-        none; an attach's first backlog page). None when another holds the mutex."""
+        none; an attach's first backlog page). None when another holds the mutex.
+        ``released``: a token of ours given to :meth:`unlock_soon` whose release may not
+        have landed yet: if it still holds the mutex, ``token`` takes it over."""
         entered = await self._read_view(
             session_id,
             participant_id,
@@ -513,6 +516,7 @@ class RedisStore(Store):
             after_seq=after_seq,
             page_after=page_after,
             page_limit=page_limit,
+            released=released,
         )
         if entered is not None:
             self.coordination.renew_while_held(session_id, token, ttl_ms)
@@ -528,6 +532,7 @@ class RedisStore(Store):
         after_seq: int | None = None,
         page_after: int | None = None,
         page_limit: int = 0,
+        released: str = "",
     ) -> Entered | None:
         k = SessionKeys.of(session_id)
         keys = [k.hdr, k.parts, k.nodes, k.cli, mutex_key(session_id), k.log, k.rcv]
@@ -535,7 +540,8 @@ class RedisStore(Store):
         page_first = "" if page_after is None or page_limit <= 0 else max(page_after + 1, 1)
         with mapped():
             reply = await self._scripts.attach_view(
-                keys=keys, args=[participant_id, token, ttl_ms, first, page_first, page_limit]
+                keys=keys,
+                args=[participant_id, token, ttl_ms, first, page_first, page_limit, released],
             )
         if int(reply[0]) == 0:
             return None
@@ -725,6 +731,12 @@ class RedisStore(Store):
     async def unlock_session(self, session_id: str, token: str) -> None:
         """Stop renewing the session's mutex and release it if ``token`` still holds it."""
         await self.coordination.unlock_session(session_id, token)
+
+    def unlock_soon(self, session_id: str, token: str) -> Awaitable[None]:
+        """Stop renewing the session's mutex now; the returned awaitable releases it if
+        ``token`` still holds it (sent in the background by a holder that does not wait:
+        its next :meth:`enter_session` may take the mutex over from ``token`` meanwhile)."""
+        return self.coordination.release_soon(session_id, token)
 
     # --- pub/sub ----------------------------------------------------------------------------
 

@@ -8,6 +8,9 @@
 -- ARGV[4] the first seq of the log to return ("" : none)
 -- ARGV[5] the first seq of a page of the log to return as well ("" : none), ARGV[6] its
 --   size: an attach's first backlog page, read in the same round trip
+-- ARGV[7] a token of the caller's own that holds the mutex with its release still on its
+--   way ("" : none): the mutex is taken over from it (the release, when it lands, finds
+--   another token and does nothing), so a node's next holder need not wait for it
 -- Returns {0} when another holds the mutex (nothing read); else {1, the log's entries from
 -- ARGV[4] on as XRANGE gives them, the view, the page from ARGV[5] (empty without one)}: the
 -- view is {0} when there is no such session,
@@ -16,7 +19,8 @@
 -- that participant's last frame the log holds (rcv) or false}. What it
 -- reads of the participants grows with the session's nodes and clients, not its audience.
 if ARGV[2] ~= '' and not redis.call('SET', KEYS[5], ARGV[2], 'NX', 'PX', ARGV[3]) then
-  return {0}
+  if ARGV[7] == '' or redis.call('GET', KEYS[5]) ~= ARGV[7] then return {0} end
+  redis.call('SET', KEYS[5], ARGV[2], 'PX', ARGV[3])
 end
 local log = {}
 if ARGV[4] ~= '' then log = redis.call('XRANGE', KEYS[6], ARGV[4] .. '-0', '+') end
