@@ -207,6 +207,29 @@ async def test_deadlines_an_earlier_build_armed_are_claimed_and_ours_are_not_whe
         assert raw.zcard(EARLIER_DEADLINES) == raw.zcard(DEADLINES) == 0
 
 
+@single_redis
+async def test_an_attach_disarms_a_deadline_an_earlier_build_armed(backend: Backend) -> None:
+    """put_attached on one Redis (record and deadline in one script) disarms the deadline
+    wherever it was armed, this build's set or an earlier build's; put_detached arms it in
+    this build's set."""
+    assert backend.server is not None
+    store = redis_store(backend)
+    s = await new_session(store)
+    with contextlib.closing(backend.server.client()) as raw:
+        raw.zadd(EARLIER_DEADLINES, {encode((s, "p-early")): 50})
+        detached = ParticipantRecord(participant_id="p-new", role="edge", detached_at_ms=1)
+        await store.put_detached(
+            s, detached, Deadline(session_id=s, participant_id="p-new", due_ms=60)
+        )
+        assert raw.zscore(DEADLINES, encode((s, "p-new"))) == 60
+        for pid in ("p-early", "p-new"):
+            attached = ParticipantRecord(participant_id=pid, role="edge", attached=True)
+            await store.put_attached(s, attached)
+        assert raw.zcard(EARLIER_DEADLINES) == raw.zcard(DEADLINES) == 0
+        assert not raw.smembers(SessionKeys.of(s).dl)
+    assert await store.claim_due_deadlines(10_000) == []
+
+
 @redis_backends
 async def test_a_fenced_attach_leaves_the_reattach_deadline_armed(backend: Backend) -> None:
     """put_attached under a fenced lease changes nothing: the record stays as it was and the

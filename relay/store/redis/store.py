@@ -281,13 +281,16 @@ class RedisStore(Store):
                 break
         return out
 
-    async def _fenced_write(self, session_id: str, script: Any, keys: list[Any], *args: Any) -> Any:
-        """Run a write script with this node's id and lease epoch appended to ``args``;
-        the script refuses it FENCED when the session fenced that lease (like an append)."""
+    async def _fenced_write(
+        self, session_id: str, script: Any, keys: list[Any], *args: Any, then: Sequence[Any] = ()
+    ) -> Any:
+        """Run a write script with this node's id and lease epoch appended to ``args`` (and
+        ``then`` after them); the script refuses it FENCED when the session fenced that lease
+        (like an append)."""
         epoch = self.lease.write_epoch()
         try:
             with mapped():
-                return await script(keys=keys, args=[*args, self.node_id, epoch])
+                return await script(keys=keys, args=[*args, self.node_id, epoch, *then])
         except StoreError as exc:
             if "FENCED" in str(exc):
                 raise self.lease.fenced(session_id, epoch) from None
@@ -446,20 +449,29 @@ class RedisStore(Store):
     async def put_participant(self, session_id: str, record: ParticipantRecord) -> None:
         await self._put_record(session_id, record, "")
 
-    async def _put_record(self, session_id: str, record: ParticipantRecord, deadline: str) -> None:
+    async def _put_record(
+        self, session_id: str, record: ParticipantRecord, deadline: str, due_ms: int = 0
+    ) -> bool:
         """The record (fenced); ``deadline`` "+" / "-": the participant put in / taken out of
-        the session's set of those that may have an armed deadline, by the same script."""
+        the session's set of those that may have an armed deadline, by the same script, and
+        on one Redis (not a Cluster, where it lives in another slot) the deadline itself
+        armed at ``due_ms`` / disarmed too. True when the deadline was (no need to)."""
         k = SessionKeys.of(session_id)
-        await self._fenced_write(
-            session_id,
-            self._scripts.put_participant,
-            [k.hdr, k.parts, *k.index(), k.dl],
+        keys = [k.hdr, k.parts, *k.index(), k.dl]
+        args: list[Any] = [
             record.participant_id,
             encode(record),
             record.node_id if record.attached else "",
             "1" if record.role == "client" else "0",
             deadline,
-        )
+        ]
+        whole = bool(deadline) and not self.cluster
+        then: list[Any] = []
+        if whole:
+            keys += [DEADLINES, EARLIER_DEADLINES]
+            then = [encode((session_id, record.participant_id)), due_ms]
+        await self._fenced_write(session_id, self._scripts.put_participant, keys, *args, then=then)
+        return whole
 
     async def get_participant(
         self, session_id: str, participant_id: str
@@ -590,7 +602,8 @@ class RedisStore(Store):
 
     async def put_attached(self, session_id: str, record: ParticipantRecord) -> None:
         """The record (fenced) and its removal from the session's deadline set in one script,
-        then the deadline's removal from the global index: two round trips, in this order.
+        then the deadline's removal from the global index: two round trips, in this order, on
+        a Redis Cluster; one script on one Redis.
 
         Not sent together: a record the store refused (a fenced lease, an outage) left the
         deadline disarmed all the same, so the participant — still detached in the store, its
@@ -599,17 +612,18 @@ class RedisStore(Store):
         transaction cannot take both in a Redis Cluster. Stopped between the two, the global
         deadline is left: when due, it finds the participant attached and does nothing.
         """
-        await self._put_record(session_id, record, "-")
-        await self._disarm(session_id, [record.participant_id])
+        if not await self._put_record(session_id, record, "-"):
+            await self._disarm(session_id, [record.participant_id])
 
     async def put_detached(
         self, session_id: str, record: ParticipantRecord, deadline: Deadline
     ) -> None:
         """The record (fenced) and its entry in the session's deadline set in one script, then
-        the deadline in the global index: two round trips (the set first, so a deletion finds
-        every deadline it must drop; a refused record arms nothing)."""
-        await self._put_record(session_id, record, "+")
-        await self._arm(deadline)
+        the deadline in the global index: two round trips on a Redis Cluster (the set first,
+        so a deletion finds every deadline it must drop; a refused record arms nothing); one
+        script on one Redis."""
+        if not await self._put_record(session_id, record, "+", deadline.due_ms):
+            await self._arm(deadline)
 
     async def claim_due_deadlines(self, now_ms: int, limit: int = 100) -> list[Deadline]:
         if limit <= 0:
