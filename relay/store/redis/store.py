@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -70,6 +70,7 @@ from .lease import Lease
 from .lua import Scripts
 from .pool import WaitingPool
 from .pubsub import PubSub, Subscription
+from .sharing import SharedReads
 
 __all__ = ["Entered", "RedisStore"]
 
@@ -146,6 +147,8 @@ class RedisStore(Store):
         """Node heartbeats, sweeps, lease epochs, held sets, session mutexes."""
         self.pubsub = PubSub(self._client, self.node_id)
         """The sessions' channels."""
+        self._header_reads: SharedReads[dict[bytes, bytes]] = SharedReads()
+        self._credential_reads: SharedReads[bytes | None] = SharedReads()
         self._closed = False
 
     @property
@@ -226,7 +229,7 @@ class RedisStore(Store):
     async def create_session(self, header: SessionHeader) -> tuple[SessionHeader, bool]:
         header = stamped(header)
         k = SessionKeys.of(header.session_id)
-        with mapped():
+        with self._writes_header(header.session_id), mapped():
             reply = await self._scripts.create(keys=k.created(), args=header_args(header))
             if int(reply[0]) == 1:
                 await self._client.zadd(workspace_index(header.workspace), {header.session_id: 0})
@@ -237,12 +240,24 @@ class RedisStore(Store):
         return existing, False
 
     async def get_session(self, session_id: str) -> SessionHeader | None:
-        k = SessionKeys.of(session_id)
-        with mapped():
-            fields = await self._client.hgetall(k.hdr)
+        """The header; a read of it already on its way is shared (see :mod:`.sharing`)."""
+        fields = await self._header_reads.read(session_id, lambda: self._header_fields(session_id))
         if not fields:
             return None
         return header_from(session_id, fields)
+
+    async def _header_fields(self, session_id: str) -> dict[bytes, bytes]:
+        with mapped():
+            fields: dict[bytes, bytes] = await self._client.hgetall(SessionKeys.of(session_id).hdr)
+        return fields
+
+    @contextlib.contextmanager
+    def _writes_header(self, session_id: str) -> Iterator[None]:
+        """Around a write of the session's header: reads that start after it read it anew."""
+        try:
+            yield
+        finally:
+            self._header_reads.forget(session_id)
 
     async def is_deleted(self, session_id: str) -> bool:
         k = SessionKeys.of(session_id)
@@ -298,12 +313,16 @@ class RedisStore(Store):
 
     async def rename_session(self, session_id: str, name: str) -> None:
         k = SessionKeys.of(session_id)
-        await self._fenced_write(session_id, self._scripts.rename, [k.hdr], name)
+        with self._writes_header(session_id):
+            await self._fenced_write(session_id, self._scripts.rename, [k.hdr], name)
 
     async def delete_session(self, session_id: str) -> bool:
         k = SessionKeys.of(session_id)
         keys = [k.hdr, k.log, k.ids, k.parts, k.tomb, k.dl, k.rcv, *k.index()]
-        existed, workspace, pids = await self._fenced_write(session_id, self._scripts.delete, keys)
+        with self._writes_header(session_id):
+            existed, workspace, pids = await self._fenced_write(
+                session_id, self._scripts.delete, keys
+            )
         with mapped():
             if workspace is not None:
                 await self._client.zrem(workspace_index(text(workspace)), session_id)
@@ -315,17 +334,19 @@ class RedisStore(Store):
     async def archive_session(
         self, session_id: str, *, ended_at: str, ended_at_ms: int, reason: str, deleted_by: str
     ) -> bool:
-        header = await self.get_session(session_id)
-        if header is None:
+        fields = await self._header_fields(session_id)  # not shared: rewritten below
+        if not fields:
             return False
+        header = header_from(session_id, fields)
         ended = msgspec.structs.replace(
             header, ended_at=ended_at, ended_at_ms=ended_at_ms, reason=reason, deleted_by=deleted_by
         )
         k = SessionKeys.of(session_id)
         keys = [k.hdr, k.parts, k.dl, *k.index()]
-        existed, pids = await self._fenced_write(
-            session_id, self._scripts.archive, keys, encode(ended)
-        )
+        with self._writes_header(session_id):
+            existed, pids = await self._fenced_write(
+                session_id, self._scripts.archive, keys, encode(ended)
+            )
         with mapped():
             if pids:
                 await self._disarm(session_id, [text(p) for p in pids])
@@ -411,7 +432,7 @@ class RedisStore(Store):
         header = stamped(header)
         src = SessionKeys.of(source_id)
         dst = SessionKeys.of(header.session_id)
-        with mapped():
+        with self._writes_header(header.session_id), mapped():
             if not await self._client.exists(src.hdr) or await self._client.exists(dst.hdr):
                 return False
             # the source's prefix is immutable (only trimming touches it): page through it
@@ -648,12 +669,22 @@ class RedisStore(Store):
     # --- credentials ------------------------------------------------------------------------
 
     async def put_credential(self, credential: Credential) -> None:
-        with mapped():
-            await self._client.set(credential_key(credential.digest), encode(credential))
+        try:
+            with mapped():
+                await self._client.set(credential_key(credential.digest), encode(credential))
+        finally:
+            self._credential_reads.forget(credential.digest)  # read anew from now on
 
     async def get_credential(self, digest: str) -> Credential | None:
-        with mapped():
-            raw = await self._client.get(credential_key(digest))
+        """The record; a read of it already on its way is shared (see :mod:`.sharing`): a
+        storm of hellos with one credential reads it once per round trip."""
+
+        async def fetch() -> bytes | None:
+            with mapped():
+                raw: bytes | None = await self._client.get(credential_key(digest))
+            return raw
+
+        raw = await self._credential_reads.read(digest, fetch)
         return None if raw is None else credential_dec.decode(raw)
 
     # --- nodes and session mutexes (multi-node coordination: relay/cluster/) ------------
