@@ -54,6 +54,20 @@ async def stores(redis_server: RedisServer) -> AsyncIterator[Callable[[], RedisS
         await store.close()
 
 
+@contextlib.asynccontextmanager
+async def one_node(redis_server: RedisServer) -> AsyncIterator[Master]:
+    """A master (node N1) on our own Redis, emptied first; stopped after."""
+    with contextlib.closing(redis_server.client()) as c:
+        c.flushall()
+    options: dict[str, Any] = {"store": redis_server.url, "node_id": "N1"}
+    master = Master(settings_for(**options, node_heartbeat_s=0.1, node_dead_after_s=5.0))
+    await master.start()
+    try:
+        yield master
+    finally:
+        await master.stop()
+
+
 async def stays_refused(store: RedisStore, session_id: str, seconds: float) -> None:
     """``store`` cannot take the session's mutex at any moment during ``seconds``."""
     loop = asyncio.get_running_loop()
@@ -239,8 +253,6 @@ async def test_a_delete_waiting_on_a_slow_consumer_keeps_its_mutex(
 ) -> None:
     """A DELETE whose participants drain slowly (6 TTLs) holds the session's mutex to the
     end: another node cannot take it meanwhile, and can right after the delete."""
-    with contextlib.closing(redis_server.client()) as c:
-        c.flushall()
     monkeypatch.setattr(relay.cluster.mutex, "MUTEX_TTL_MS", _TTL_MS)
     drain = Outbox.drain
     slow, draining = asyncio.Event(), asyncio.Event()
@@ -252,10 +264,7 @@ async def test_a_delete_waiting_on_a_slow_consumer_keeps_its_mutex(
         return await drain(self, timeout)
 
     monkeypatch.setattr(Outbox, "drain", slow_drain)
-    options: dict[str, Any] = {"store": redis_server.url, "node_id": "N1"}
-    master = Master(settings_for(**options, node_heartbeat_s=0.1, node_dead_after_s=5.0))
-    await master.start()
-    try:
+    async with one_node(redis_server) as master:
         s = sid()
         await Peer.open(master.ws_url, s, role="client", token=API_KEY, create=True)
         await Peer.open(master.ws_url, s, role="edge", token=API_KEY)
@@ -269,8 +278,6 @@ async def test_a_delete_waiting_on_a_slow_consumer_keeps_its_mutex(
         assert status == 200
         assert await other_node.lock_session(s, "contender", _TTL_MS)
         await other_node.unlock_session(s, "contender")
-    finally:
-        await master.stop()
 
 
 async def test_a_node_takes_its_own_released_mutex_over_at_most_16_times_in_a_row(
@@ -279,12 +286,7 @@ async def test_a_node_takes_its_own_released_mutex_over_at_most_16_times_in_a_ro
     """Holds handed over (attaches, detaches) do not wait for their release: the next hold on
     this node takes the mutex over, 16 times in a row at most; the 17th waits for the release
     to land (another node's turn), and every hold gets the mutex."""
-    with contextlib.closing(redis_server.client()) as c:
-        c.flushall()
-    options: dict[str, Any] = {"store": redis_server.url, "node_id": "N1"}
-    master = Master(settings_for(**options, node_heartbeat_s=0.1, node_dead_after_s=5.0))
-    await master.start()
-    try:
+    async with one_node(redis_server) as master:
         s = sid()
         await Peer.open(master.ws_url, s, role="client", token=API_KEY, create=True)
         session = master.hub.sessions[s]
@@ -318,5 +320,3 @@ async def test_a_node_takes_its_own_released_mutex_over_at_most_16_times_in_a_ro
         assert holds == 40
         runs = "".join("t" if token else "." for token in took_over).split(".")
         assert max(len(run) for run in runs) == 16
-    finally:
-        await master.stop()
