@@ -42,11 +42,11 @@ class SessionMutex:
     def __init__(self, shared: NodeShared, following: Following) -> None:
         self.shared = shared
         self.following = following
-        self._tokens: dict[str, str] = {}  # session id -> our token (one holder per session)
-        # session id -> (our last token, its release on its way; holders in a row that took
-        # the mutex over from the one before): the next holder here takes it over, not waits
+        # session id -> (our token, how many holders before it took the mutex over in a row):
+        # one holder per session; in _released, the last one whose release is on its way
+        # (the next holder here takes the mutex over from it instead of waiting)
+        self._tokens: dict[str, tuple[str, int]] = {}
         self._released: dict[str, tuple[str, int]] = {}
-        self._in_a_row: dict[str, int] = {}  # session id -> the holder's place in its row
 
     def holds(self, session_id: str) -> bool:
         """Does this node hold the session's mutex now?"""
@@ -121,8 +121,7 @@ class SessionMutex:
                     raise StoreUnavailableError(f"session {session.id}'s mutex stays taken")
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.05)
-            self._tokens[session.id] = token
-            self._in_a_row[session.id] = in_a_row + 1 if before else 0
+            self._tokens[session.id] = (token, in_a_row + 1 if before else 0)
             await holding
             await self.following.sync(session, read=entered.entries)
             self.refresh_client(session, entered.view.clients)
@@ -147,12 +146,12 @@ class SessionMutex:
         mutex over meanwhile — one round trip less under the session's lock; another node
         waits for it to land. Otherwise the mutex is free when this returns."""
         shared = self.shared
-        token = self._tokens.pop(session.id, None)
-        if token is not None:
-            in_a_row = self._in_a_row.pop(session.id, 0)
+        held = self._tokens.pop(session.id, None)
+        if held is not None:
+            token = held[0]
             release = shared.store.unlock_soon(session.id, token)
             if hand_over and not shared.host.shutting_down:
-                self._released[session.id] = (token, in_a_row)
+                self._released[session.id] = held
                 shared.host.spawn(self._release(session.id, token, release))
             else:
                 with contextlib.suppress(StoreError):

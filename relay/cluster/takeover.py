@@ -52,7 +52,10 @@ class Takeover:
         ``backlog_after``) as the mutex read them, when nothing the rules did can have
         changed them (None: the attach reads them itself)."""
         await self._lease_renewed()
-        page = None if backlog_after is None else (backlog_after, BACKLOG_FIRST_READ)
+        # (read only for a participant id: without one there is no ``known`` to carry it)
+        page = None
+        if backlog_after is not None and participant_id:
+            page = (backlog_after, BACKLOG_FIRST_READ)
         # Held before the record says "attached here" (told to the store again on every
         # attach, with the mutex's round trip): if we die, the sweep finds the session.
         async with self.mutex.guard(

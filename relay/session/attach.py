@@ -68,17 +68,14 @@ class Attacher:
         role: Literal["client", "edge"] = p.role
         record = None
         received = None
-        if p.participant_id:
-            # One read for both (one round trip under the session lock, not two), or none
-            # when the cross-node rules read them under this lock already; ``received`` is
-            # only used when the record turns out to be the participant's.
-            if known is None:
-                known = ParticipantRead(
-                    *await store.participant_and_received(core.id, p.participant_id)
-                )
-            record, received = known.record, known.received
-            if record is not None and record.role != role:
-                record = None
+        read_ahead = None
+        if known is not None:  # read by the cross-node rules under this lock already
+            record, received, read_ahead = known
+        elif p.participant_id:
+            # One read for both (one round trip under the session lock, not two).
+            record, received = await store.participant_and_received(core.id, p.participant_id)
+        if record is not None and record.role != role:
+            record = None  # (``received`` is used only when the record is this one's)
         current = core.attached_client()
         if role == "client":
             if current is not None and (record is None or current.id != record.participant_id):
@@ -119,8 +116,7 @@ class Attacher:
             cursor = record.cursor
         if cursor is not None:
             resume_id = p.resume.last_message_id if p.resume is not None else None
-            read = None if known is None else known.backlog
-            participant.outbox.put(await self._backlog(participant, cursor, resume_id, read))
+            participant.outbox.put(await self._backlog(participant, cursor, resume_id, read_ahead))
             record.cursor = max(min(cursor, core.head), record.cursor if resumed else 0)
         else:
             record.cursor = core.head
