@@ -24,6 +24,14 @@ from typing import Any, Final, Literal
 __all__ = [
     "DEFAULT_STORE",
     "LOG_LEVELS",
+    "MAX_ARCHIVE_RETENTION_S",
+    "MAX_BUFFER_BYTES",
+    "MAX_EDGES",
+    "MAX_FRAME_BYTES",
+    "MAX_RATE_BYTES",
+    "MAX_RATE_FRAMES",
+    "MAX_REATTACH_WINDOW_S",
+    "MAX_RETENTION_FRAMES",
     "OPTIONS",
     "SERVE_DEFAULTS",
     "ConfigError",
@@ -111,39 +119,73 @@ def _integer(value: Any) -> int:
         raise ValueError("a whole number is needed") from None
 
 
-def _positive_int(value: Any) -> int:
-    number = _integer(value)
-    if number < 1:
-        raise ValueError("a whole number of at least 1 is needed")
-    return number
+def _count(high: int, unit: str = "") -> Callable[[Any], int]:
+    """A reader of a whole number from 1 to ``high`` (``unit`` names what it counts)."""
+
+    def read(value: Any) -> int:
+        number = _integer(value)
+        if not 1 <= number <= high:
+            raise ValueError(f"a whole number from 1 to {high:,}{unit} is needed")
+        return number
+
+    return read
 
 
-def _above_zero(value: Any, what: str, needed: str) -> float:
-    """A number above 0; ``what`` / ``needed`` name it in the refusal."""
+def _number(value: Any, what: str) -> float:
     if isinstance(value, bool):
         raise ValueError(f"{what} is needed")
     try:
-        number = float(value)
+        return float(value)
     except (TypeError, ValueError):
         raise ValueError(f"{what} is needed") from None
-    if not number > 0:
-        raise ValueError(f"{needed} is needed")
-    return number
 
 
-def _seconds(value: Any) -> float:
-    return _above_zero(value, "a number of seconds", "a number of seconds above 0")
+def _seconds(high: float) -> Callable[[Any], float]:
+    """A reader of a number of seconds above 0 and at most ``high``: ``inf`` and ``nan``
+    parse as floats and would start a master whose deadlines overflow, so they are refused
+    here with every other value out of range."""
+
+    def read(value: Any) -> float:
+        number = _number(value, "a number of seconds")
+        if not 0 < number <= high:  # also refuses NaN
+            raise ValueError(f"a number of seconds above 0 and at most {_duration(high)} is needed")
+        return number
+
+    return read
 
 
-def _rate(value: Any) -> float:
-    return _above_zero(value, "a number above 0", "a number above 0")
+def _rate(high: float) -> Callable[[Any], float]:
+    """A reader of a rate above 0 and at most ``high``."""
+
+    def read(value: Any) -> float:
+        number = _number(value, "a number above 0")
+        if not 0 < number <= high:  # also refuses NaN and inf
+            raise ValueError(f"a number above 0 and at most {high:,.0f} is needed")
+        return number
+
+    return read
 
 
 _DURATION_UNITS: Final = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DAY: Final = 86400.0
+_HOUR: Final = 3600.0
+# The bounds of the settings (docs/operations.md §0): far above any sensible value, so that
+# only a typo or an infinity meets them, and low enough that every deadline, buffer and
+# frame they size stays a number the master can compute with.
+MAX_ARCHIVE_RETENTION_S: Final = 3650 * _DAY
+"""``--archive-retention`` at most ten years: a cutoff that far back keeps every archive."""
+MAX_REATTACH_WINDOW_S: Final = 30 * _DAY
+MAX_FRAME_BYTES: Final = 64 << 20
+MAX_BUFFER_BYTES: Final = 1 << 30
+MAX_RATE_FRAMES: Final = 1e9
+MAX_RATE_BYTES: Final = 1e12
+MAX_EDGES: Final = 1_000_000
+MAX_RETENTION_FRAMES: Final = 1_000_000_000
 
 
 def parse_duration(value: Any) -> float:
-    """Seconds from ``90``, ``90s``, ``15m``, ``12h`` or ``30d`` (``--archive-retention``)."""
+    """Seconds from ``90``, ``90s``, ``15m``, ``12h`` or ``30d`` (``--archive-retention``):
+    0 up to :data:`MAX_ARCHIVE_RETENTION_S`."""
     text = str(value).strip().lower()
     scale = _DURATION_UNITS.get(text[-1:])
     number = text[:-1] if scale is not None else text
@@ -153,6 +195,10 @@ def parse_duration(value: Any) -> float:
         raise ValueError(f"not a duration: {value!r} (e.g. 30d, 12h, 90s)") from None
     if not seconds >= 0:  # also refuses NaN
         raise ValueError(f"a duration cannot be negative: {value!r}")
+    if not seconds <= MAX_ARCHIVE_RETENTION_S:  # also refuses inf
+        raise ValueError(
+            f"a duration of at most {_duration(MAX_ARCHIVE_RETENTION_S)} is needed: {value!r}"
+        )
     return seconds
 
 
@@ -257,21 +303,21 @@ OPTIONS: Final[tuple[Option, ...]] = (
     Option(
         "--reattach-window",
         "reattach_window_s",
-        _seconds,
+        _seconds(MAX_REATTACH_WINDOW_S),
         "how long a detached participant may come back before it expires",
         metavar="SECONDS",
     ),
     Option(
         "--max-frame-bytes",
         "max_frame_bytes",
-        _positive_int,
+        _count(MAX_FRAME_BYTES, " bytes"),
         "largest frame accepted",
         metavar="BYTES",
     ),
     Option(
         "--buffer-capacity",
         "buffer_capacity",
-        _positive_int,
+        _count(MAX_BUFFER_BYTES, " bytes"),
         "largest reattach buffer granted to a participant",
         metavar="BYTES",
     ),
@@ -307,56 +353,56 @@ OPTIONS: Final[tuple[Option, ...]] = (
     Option(
         "--hello-timeout",
         "hello_timeout_s",
-        _seconds,
+        _seconds(_HOUR),
         "how long a new connection may take to say hello (else closed 4408)",
         metavar="SECONDS",
     ),
     Option(
         "--heartbeat-interval",
         "heartbeat_interval_s",
-        _seconds,
+        _seconds(_HOUR),
         "WebSocket ping interval",
         metavar="SECONDS",
     ),
     Option(
         "--heartbeat-timeout",
         "heartbeat_timeout_s",
-        _seconds,
+        _seconds(_HOUR),
         "a connection whose pong is this late is closed",
         metavar="SECONDS",
     ),
     Option(
         "--send-queue-bytes",
         "send_queue_bytes",
-        _positive_int,
+        _count(MAX_BUFFER_BYTES, " bytes"),
         "a participant whose unsent frames exceed this is closed as a slow consumer",
         metavar="BYTES",
     ),
     Option(
         "--rate-frames",
         "rate_frames_per_s",
-        _rate,
+        _rate(MAX_RATE_FRAMES),
         "frames per second one connection may send",
         metavar="PER_SECOND",
     ),
     Option(
         "--rate-bytes",
         "rate_bytes_per_s",
-        _rate,
+        _rate(MAX_RATE_BYTES),
         "bytes per second one connection may send",
         metavar="PER_SECOND",
     ),
     Option(
         "--max-edges-per-session",
         "max_edges_per_session",
-        _positive_int,
+        _count(MAX_EDGES),
         "edges one session may have attached at once",
         metavar="N",
     ),
     Option(
         "--retention",
         "retention",
-        _positive_int,
+        _count(MAX_RETENTION_FRAMES, " frames"),
         "keep only the newest N frames of each session's log (default: all)",
         metavar="FRAMES",
     ),
@@ -369,8 +415,8 @@ OPTIONS: Final[tuple[Option, ...]] = (
         choices=("auto", "asyncio", "uvloop"),
     ),
     # Multi-node liveness (redis store; docs/operations.md). Hidden: tests shorten them.
-    Option("--node-heartbeat", "node_heartbeat_s", _seconds, "", hidden=True),
-    Option("--node-dead-after", "node_dead_after_s", _seconds, "", hidden=True),
+    Option("--node-heartbeat", "node_heartbeat_s", _seconds(_HOUR), "", hidden=True),
+    Option("--node-dead-after", "node_dead_after_s", _seconds(_HOUR), "", hidden=True),
 )
 """Every setting of ``rawp serve``, in help order."""
 
@@ -545,6 +591,7 @@ def settings_from_args(
     resolved = replace(settings, **{k: v for k, v in changes.items() if k in known})
     if resolved.tls_key and not resolved.tls_cert:
         raise ConfigError("--tls-key needs --tls-cert (the certificate the key belongs to)")
+    _one_workspace_per_key(resolved.api_keys)
     return resolved
 
 
@@ -558,15 +605,43 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"--config {path}: cannot read it ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"--config {path}: not valid TOML ({exc})") from None
-    table = data.get("serve", data) if isinstance(data.get("serve"), dict) else data
     keys = {option.key for option in OPTIONS}
-    unknown = sorted(set(table) - keys - {"serve"})
+    serve = data.get("serve")
+    if "serve" in data and not isinstance(serve, dict):
+        raise ConfigError(f"--config {path}: serve must be a table ([serve]), not a value")
+    if isinstance(serve, dict):
+        # Settings beside [serve] would be read by nobody: refused, not silently ignored.
+        beside = sorted(set(data) - {"serve"})
+        if beside:
+            raise ConfigError(
+                f"--config {path}: {', '.join(beside)} beside [serve]; put every setting "
+                "under [serve], or none (the file's top level then holds them)"
+            )
+        table = serve
+    else:
+        table = data
+    unknown = sorted(set(table) - keys)
     if unknown:
         raise ConfigError(
             f"--config {path}: unknown setting(s) {', '.join(unknown)}; known: "
             + ", ".join(sorted(keys))
         )
     return dict(table)
+
+
+def _one_workspace_per_key(keys: Sequence[str]) -> None:
+    """Refuse a key given for two workspaces: it can belong to one only, and whichever was
+    registered last would silently win."""
+    owner: dict[str, str] = {}
+    for given in keys:
+        workspace, _, secret = given.rpartition(":")
+        workspace = workspace or "default"
+        first = owner.setdefault(secret, workspace)
+        if first != workspace:
+            raise ConfigError(
+                f"--api-key: one key is given for two workspaces ({first} and {workspace}); "
+                "a key belongs to one workspace: give each its own key"
+            )
 
 
 def option_for(flag: str, options: Sequence[Option] = OPTIONS) -> Option:

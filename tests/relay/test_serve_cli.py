@@ -228,6 +228,114 @@ def test_bad_values_and_unknown_file_keys_name_their_source(tmp_path: Path) -> N
         settings_from_args(_parse(["--config", str(tmp_path / "none.toml")]), environ={})
 
 
+@pytest.mark.parametrize(
+    ("key", "toml", "text"),
+    [
+        ("reattach_window", "inf", "inf"),
+        ("reattach_window", "nan", "nan"),
+        ("reattach_window", "1e300", "1e300"),
+        ("archive_retention", '"inf"', "inf"),
+        ("archive_retention", '"99999d"', "99999d"),
+        ("hello_timeout", "inf", "inf"),
+        ("heartbeat_interval", "-inf", "-inf"),
+        ("rate_frames", "inf", "inf"),
+        ("rate_bytes", "nan", "nan"),
+        ("max_frame_bytes", "1" + "0" * 30, "1" + "0" * 30),
+        ("retention", "1" + "0" * 30, "1" + "0" * 30),
+        ("node_dead_after", "inf", "inf"),
+    ],
+)
+def test_infinite_and_absurd_values_are_refused_from_every_source(
+    tmp_path: Path, key: str, toml: str, text: str
+) -> None:
+    """inf, nan and values past a setting's bound are refused from the flag, the variable
+    and the file alike, naming where they came from (none starts a master that then fails)."""
+    option = next(o for o in OPTIONS if o.key == key)
+    with pytest.raises(SystemExit):  # argparse refuses the flag (rawp prints one line)
+        _parse([option.flag, text])
+    with pytest.raises(ConfigError, match=rf"{option.env}={text!r}: .*is needed"):
+        settings_from_args(_parse([]), environ={option.env: text})
+    config = tmp_path / "rawp.toml"
+    config.write_text(f"[serve]\n{key} = {toml}\n")
+    with pytest.raises(ConfigError, match=rf"rawp.toml: {key} = .*is needed"):
+        settings_from_args(_parse(["--config", str(config)]), environ={})
+
+
+def test_the_bounds_themselves_are_accepted() -> None:
+    """Each bound is a value that works: 30 days of reattach window, ten years of retention."""
+    env = {"RAWP_REATTACH_WINDOW": "2592000", "RAWP_ARCHIVE_RETENTION": "3650d"}
+    settings = settings_from_args(_parse([]), environ=env)
+    assert settings.reattach_window_s == 30 * 86400
+    assert settings.archive_retention_s == 3650 * 86400
+
+
+async def test_an_infinite_window_is_refused_at_start_with_exit_2(tmp_path: Path) -> None:
+    """reattach_window = inf in the file, or RAWP_ARCHIVE_RETENTION=inf: one line, exit 2
+    (before, the master started and closed every hello 1011, or its purge task died)."""
+    config = tmp_path / "rawp.toml"
+    config.write_text("[serve]\nreattach_window = inf\n")
+    code, lines = await serve_fails("--config", str(config), "--ws-port", "0", "--http-port", "0")
+    assert code == EXIT_BAD_SETTING
+    assert len(lines) == 1, lines
+    assert "reattach_window = inf" in lines[0]
+    code, lines = await serve_fails(
+        "--ws-port", "0", "--http-port", "0", env=_env(RAWP_ARCHIVE_RETENTION="inf")
+    )
+    assert code == EXIT_BAD_SETTING
+    assert len(lines) == 1, lines
+    assert "RAWP_ARCHIVE_RETENTION='inf'" in lines[0]
+    code, lines = await serve_fails("--reattach-window", "inf", "--ws-port", "0")
+    assert code == EXIT_BAD_SETTING
+    assert len(lines) == 1, lines
+    assert "--reattach-window" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("ws_port = 9000\n[serve]\nhttp_port = 9001\n", "ws_port beside [serve]"),
+        ("[serve]\nws_port = 9000\n[server]\nhttp_port = 9001\n", "server beside [serve]"),
+        ('serve = "yes"\n', "serve must be a table"),
+        ("[serve]\nws_prot = 9000\n", "unknown setting(s) ws_prot"),
+        ("[servr]\nws_port = 9000\n", "unknown setting(s) servr"),
+    ],
+)
+def test_a_setting_the_file_would_ignore_is_refused_by_name(
+    tmp_path: Path, text: str, named: str
+) -> None:
+    """A key beside [serve], a section of another name or a misspelt key is refused, naming
+    it, instead of being read by nobody."""
+    config = tmp_path / "rawp.toml"
+    config.write_text(text)
+    with pytest.raises(ConfigError) as refused:
+        settings_from_args(_parse(["--config", str(config)]), environ={})
+    assert named in str(refused.value)
+    assert "\n" not in str(refused.value)
+
+
+def test_one_key_for_two_workspaces_is_refused() -> None:
+    """The same secret given for two workspaces (flags, variable or file) is refused, naming
+    both workspaces and never the secret; the same key twice for one workspace is fine."""
+    args = _parse(["--api-key", "team-a:rk_same", "--api-key", "team-b:rk_same"])
+    with pytest.raises(ConfigError, match="two workspaces \\(team-a and team-b\\)") as refused:
+        settings_from_args(args, environ={})
+    assert "rk_same" not in str(refused.value)
+    with pytest.raises(ConfigError, match="two workspaces \\(default and team-b\\)"):
+        settings_from_args(_parse([]), environ={"RAWP_API_KEY": "rk_same,team-b:rk_same"})
+    again = _parse(["--api-key", "team-a:rk_same", "--api-key", "team-a:rk_same"])
+    assert settings_from_args(again, environ={}).api_keys == ("team-a:rk_same",) * 2
+
+
+async def test_one_key_for_two_workspaces_stops_the_start_with_exit_2() -> None:
+    """rawp serve with one key for two workspaces: one line, exit 2, nothing started."""
+    code, lines = await serve_fails(
+        "--api-key", "a:rk_twice", "--api-key", "b:rk_twice", "--ws-port", "0", "--http-port", "0"
+    )
+    assert code == EXIT_BAD_SETTING
+    assert len(lines) == 1, lines
+    assert "two workspaces (a and b)" in lines[0]
+
+
 def test_every_flag_has_help_with_its_default() -> None:
     """rawp serve -h: each visible option explains itself, shows its default and its variable."""
     parser = argparse.ArgumentParser()
