@@ -34,7 +34,10 @@ async def readyz(request: web.Request) -> web.Response:
     except StoreUnavailableError:
         ok = False
     if not ok or hub.shutting_down:
-        return problem(503, "the store is not reachable", code="store_unavailable")
+        # the store's reason (a full disk, a damaged file) when it has one; else no answer
+        reason = None if ok else hub.store.unready_reason()
+        detail = reason or ("the master is shutting down" if ok else "the store is not reachable")
+        return problem(503, detail, code="store_unavailable")
     return web.json_response({"status": "ready", "store": hub.store.name})
 
 

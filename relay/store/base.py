@@ -262,6 +262,11 @@ class Store(abc.ABC):
     async def ping(self) -> bool:
         """True when the backend answers (readiness)."""
 
+    def unready_reason(self) -> str | None:
+        """Why the last :meth:`ping` found the store not ready, when the backend knows more
+        than "no answer" (a full disk, a damaged file); None otherwise."""
+        return None
+
     # --- sessions -------------------------------------------------------------------------
 
     @abc.abstractmethod

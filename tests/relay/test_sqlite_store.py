@@ -8,6 +8,8 @@ SQLite then fails the transaction with SQLITE_FULL, the very error a full disk g
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -18,6 +20,7 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from protocol.errors import StoreUnavailableError
@@ -31,6 +34,7 @@ from relay.store.base import (
     StoreOpenError,
 )
 from relay.store.sqlite import DB_FORMAT, SqliteStore
+from tests.support.mounts import fill, remount, tmpfs
 
 __all__: list[str] = []
 
@@ -333,3 +337,291 @@ async def test_a_format_1_database_is_upgraded_with_received_from_its_log(tmp_pa
         await again.close()
     with sqlite3.connect(store.path) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == DB_FORMAT == 2
+
+
+# --- one owner per file, whatever its name --------------------------------------------------
+
+
+@pytest.mark.parametrize("link", ["symlink", "hard link", "symlinked directory"])
+async def test_a_second_owner_through_another_name_is_refused(
+    store: SqliteStore, tmp_path: Path, link: str
+) -> None:
+    """The lock is on the file, not its name: a second store reaching the owned file through
+    a symlink, a hard link or a symlinked directory is refused (before, it opened the file
+    and both appended their own seqs to the same log)."""
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    if link == "symlink":
+        alias = other / "alias.db"
+        alias.symlink_to(store.path)
+    elif link == "hard link":
+        alias = other / "alias.db"
+        os.link(store.path, alias)
+    else:
+        (other / "dir").symlink_to(store.path.parent, target_is_directory=True)
+        alias = other / "dir" / store.path.name
+    second = SqliteStore(alias)
+    with pytest.raises(StoreOpenError) as refused:
+        await second.start()
+    message = str(refused.value)
+    assert "in use by another rawp process" in message
+    assert str(alias) in message
+    assert f"pid {os.getpid()}" in message  # the kernel's lock table names the holder
+    await store.create_session(header("s-own"))
+    assert (await store.append("s-own", [entry()]))[0].seq == 1  # the owner goes on
+
+
+# --- what a refused start leaves behind ----------------------------------------------------
+
+
+def _names(directory: Path) -> list[str]:
+    """The names in ``directory``, sorted."""
+    return sorted(p.name for p in directory.iterdir())
+
+
+def _wal_database(path: Path, **pragmas: int) -> None:
+    """Another program's SQLite file in WAL mode, with ``pragmas`` set."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("PRAGMA journal_mode = WAL")
+        for name, value in pragmas.items():
+            db.execute(f"PRAGMA {name} = {value}")
+        db.commit()
+
+
+@pytest.mark.parametrize("case", ["newer format", "foreign", "user_version only", "read-only"])
+async def test_a_refused_start_leaves_no_files_behind(tmp_path: Path, case: str) -> None:
+    """A refused start creates no -wal, -shm or lock file beside the database (a read-only
+    look at a WAL database used to leave an empty -wal and a -shm), and leaves it unchanged."""
+    path = tmp_path / "rawp.db"
+    if case == "newer format":
+        made = SqliteStore(path)
+        await made.start()
+        await made.close()
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            db.execute(f"PRAGMA user_version = {DB_FORMAT + 1}")
+            db.commit()
+    elif case == "foreign":
+        _wal_database(path, application_id=7)
+    elif case == "user_version only":
+        _wal_database(path, user_version=7)
+    else:
+        made = SqliteStore(path)
+        await made.start()
+        await made.close()
+        path.chmod(stat.S_IRUSR | stat.S_IRGRP)
+    before = _names(tmp_path)
+    content = digest(path)
+    with pytest.raises(StoreOpenError):
+        await SqliteStore(path).start()
+    assert _names(tmp_path) == before
+    assert digest(path) == content
+
+
+async def test_an_sqlite_file_with_only_a_user_version_is_not_taken_over(tmp_path: Path) -> None:
+    """user_version 7 and no tables is another program's file: refused, not made RAWP's."""
+    path = tmp_path / "theirs.db"
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("PRAGMA user_version = 7")
+        db.commit()
+    before = digest(path)
+    with pytest.raises(StoreOpenError, match="not a RAWP database") as refused:
+        await SqliteStore(path).start()
+    assert "user_version 7" in str(refused.value)
+    assert digest(path) == before
+    fresh = tmp_path / "fresh.db"
+    sqlite3.connect(fresh).close()  # an SQLite file with nothing at all in it is anybody's
+    opened = SqliteStore(fresh)
+    await opened.start()
+    await opened.close()
+
+
+# --- purges leave no bytes ------------------------------------------------------------------
+
+
+def _copies(path: Path, marker: bytes) -> int:
+    """How often ``marker`` occurs in the database file and SQLite's files beside it."""
+    found = 0
+    for name in (path.name, path.name + "-wal", path.name + "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            found += (path.parent / name).read_bytes().count(marker)
+    return found
+
+
+def _marked(marker: str, size: int) -> NewEntry:
+    """An entry whose stored bytes repeat ``marker`` to ``size`` bytes (overflow pages too)."""
+    mid = str(uuid.uuid4())
+    pad = (marker * (size // len(marker) + 1))[:size]
+    return NewEntry(
+        message_id=mid,
+        type="agent.text.delta",
+        head=b'{"delta":"' + pad.encode() + b'","seq":',
+        tail=b"}",
+        sender_id="p-c",
+        sender_role="client",
+    )
+
+
+@pytest.mark.parametrize("how", ["delete", "retention purge"])
+async def test_a_purged_session_leaves_no_bytes_in_the_files(tmp_path: Path, how: str) -> None:
+    """After a deletion, or the purge of an archive past its retention, none of the
+    session's content is left in rawp.db or rawp.db-wal (before, the WAL held copies of it,
+    also after a restart), while the other sessions' content stays whole."""
+    marker, kept = "PURGE-ME-7f3a", "KEEP-ME-0c91"
+    store = SqliteStore(tmp_path / "rawp.db")
+    await store.start()
+    try:
+        for sid, text in (("s-gone", marker), ("s-kept", kept)):
+            await store.create_session(msgspec.structs.replace(header(sid), name=text))
+        for size in (40, 600, 9000):  # in-page, larger and overflow-page entries
+            for _ in range(5):
+                await store.append("s-gone", [_marked(marker, size)])
+                await store.append("s-kept", [_marked(kept, size)])
+        await store.rename_session("s-gone", marker + "-renamed")
+        assert _copies(store.path, marker.encode()) > 0
+        if how == "delete":
+            assert await store.delete_session("s-gone")
+        else:
+            await store.archive_session(
+                "s-gone", ended_at="x", ended_at_ms=1, reason="timeout", deleted_by="master"
+            )
+            assert await store.archived_before(2) == ["s-gone"]
+            assert await store.delete_session("s-gone")  # what the purge loop does
+        assert _copies(store.path, marker.encode()) == 0
+        assert await store.read("s-gone") == []
+        assert len(await store.read("s-kept")) == 15
+    finally:
+        await store.close()
+    assert _copies(store.path, marker.encode()) == 0
+    again = SqliteStore(store.path)
+    await again.start()
+    try:
+        assert _copies(store.path, marker.encode()) == 0
+        assert len(await again.read("s-kept")) == 15
+        assert await again.is_deleted("s-gone")
+    finally:
+        await again.close()
+    assert _copies(store.path, kept.encode()) > 0
+
+
+# --- readiness: a full disk, a damaged file ---------------------------------------------------
+
+
+async def test_readiness_stays_refused_while_a_full_disk_refuses_frames(store: SqliteStore) -> None:
+    """A capped file: once a frame is refused for want of space, ping() is False (before,
+    the probe's one-page rewrite fit and readiness said yes while frames were refused), also
+    after a small write succeeds; once the room is back, it is True again."""
+    await store.create_session(header("s-full"))
+    await store.append("s-full", [entry()])
+    used = await store._read(lambda db: db.execute("PRAGMA page_count").fetchone()[0])
+    await store.limit_pages(used + 2)
+    with pytest.raises(StoreUnavailableError, match="full"):
+        await store.append("s-full", [_marked("x", 200_000)])
+    assert not await store.ping()
+    assert "full" in (store.unready_reason() or "")
+    await store.rename_session("s-full", "small")  # fits: the disk is not writable for frames
+    assert not await store.ping()
+    assert not await store.ping()
+    await store.limit_pages(None)
+    assert await store.ping()
+    assert store.unready_reason() is None
+    assert (await store.append("s-full", [_marked("x", 200_000)]))[0].seq == 2
+
+
+def _shrink(path: Path, by: int) -> None:
+    """Give ``by`` bytes of ``path`` back to its file system."""
+    os.truncate(path, path.stat().st_size - by)
+
+
+async def test_readiness_follows_a_real_full_disk(tmp_path: Path) -> None:
+    """On a real, full tmpfs: a frame is refused store_unavailable and ping() is False, also
+    once a little space is free (small writes fit, frames do not); once space is freed
+    ping() is True again and the frame is taken."""
+    with tmpfs(tmp_path / "disk", size="24m") as disk:
+        store = SqliteStore(disk / "rawp.db")
+        await store.start()
+        try:
+            await store.create_session(header("s-disk"))
+            await store.append("s-disk", [entry()])
+            fill(disk / "ballast")
+            refused = 0
+            for _ in range(20):  # the WAL's free room first, then the disk's end
+                try:
+                    await store.append("s-disk", [_marked("x", 500_000)])
+                except StoreUnavailableError:
+                    refused += 1
+                    break
+            assert refused
+            assert not await store.ping()
+            _shrink(disk / "ballast", 256 << 10)  # room for a page, not for frames
+            assert not await store.ping()  # (before, the one-page probe fit: ready)
+            with pytest.raises(StoreUnavailableError):
+                await store.append("s-disk", [_marked("x", 500_000)])
+            assert not await store.ping()
+            (disk / "ballast").unlink()
+            assert await store.ping()
+            await store.append("s-disk", [_marked("x", 500_000)])
+        finally:
+            await store.close()
+
+
+async def test_a_damaged_page_refuses_readiness(tmp_path: Path) -> None:
+    """A page garbled deep in the log (no start-up query reads it): the store starts, the
+    background check finds it and ping() is False (before, readiness said yes while reads
+    of that session failed), naming the damage; sessions elsewhere stay readable."""
+    path = tmp_path / "rawp.db"
+    made = SqliteStore(path)
+    await made.start()
+    for n in range(5):
+        await made.create_session(header(f"s-{n}"))
+        for _ in range(10):
+            await made.append(f"s-{n}", [_marked(f"s-{n}", 300) for _ in range(20)])
+    await made.close()
+    data = bytearray(path.read_bytes())
+    page = len(data) // 4096 // 2
+    data[page * 4096 : (page + 1) * 4096] = bytes(range(256)) * 16
+    path.write_bytes(bytes(data))
+    damaged = SqliteStore(path)
+    await damaged.start()
+    try:
+        for _ in range(500):  # the check runs in the background (a tiny file: milliseconds)
+            if damaged.integrity_checked:
+                break
+            await asyncio.sleep(0.01)
+        assert damaged.integrity_checked
+        assert not await damaged.ping()
+        assert "damaged" in (damaged.unready_reason() or "")
+        readable = 0
+        for n in range(5):
+            with contextlib.suppress(StoreUnavailableError):
+                readable += len(await damaged.read(f"s-{n}")) > 0
+        assert readable >= 1  # the store serves what is not damaged
+    finally:
+        await damaged.close()
+
+
+# --- a read-only file system ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("existing", [True, False])
+async def test_a_read_only_file_system_is_refused_as_read_only(
+    tmp_path: Path, existing: bool
+) -> None:
+    """On a read-only mount (root's chmod does not bite; a mount does) the start is refused
+    StoreOpenError "read-only" (exit 7), for a database there and for a new one, leaving
+    nothing; before, the lock file's creation failed as an OSError: "cannot reach the
+    store", exit 4."""
+    with tmpfs(tmp_path / "ro", size="8m") as mount:
+        path = mount / "rawp.db"
+        if existing:
+            made = SqliteStore(path)
+            await made.start()
+            await made.close()
+            for leftover in mount.iterdir():
+                if leftover != path:
+                    leftover.unlink()
+        remount(mount, read_only=True)
+        before = _names(mount)
+        with pytest.raises(StoreOpenError, match="read-only file system") as refused:
+            await SqliteStore(path).start()
+        assert str(path) in str(refused.value)
+        assert _names(mount) == before

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Generic, TypeVar
 
-from .jobs import settle_batch, take_batch, unavailable
+from .jobs import Health, settle_batch, take_batch, unavailable
 
 __all__ = ["Read", "Readers"]
 
@@ -49,9 +49,15 @@ class Readers:
     """``count`` reader threads sharing one queue of reads."""
 
     def __init__(
-        self, path: Path, connect: Callable[[], sqlite3.Connection], *, count: int
+        self,
+        path: Path,
+        connect: Callable[[], sqlite3.Connection],
+        *,
+        count: int,
+        health: Health | None = None,
     ) -> None:
         self._path = path
+        self._health = health or Health()
         self._connect = connect
         self._jobs: queue.SimpleQueue[Read[Any] | None] = queue.SimpleQueue()
         self._threads = [
@@ -101,6 +107,7 @@ class Readers:
         try:
             return self._connect()
         except sqlite3.Error as exc:
+            self._health.note(exc)
             for read in batch:
                 read.error = unavailable(self._path, exc)
             return None
@@ -109,6 +116,7 @@ class Readers:
         try:
             read.result = read.query(connection)
         except sqlite3.Error as exc:
+            self._health.note(exc)  # a malformed page read: readiness says so
             read.error = unavailable(self._path, exc)
         except Exception as exc:  # the read's own answer, as a thread pool would give it
             read.error = exc

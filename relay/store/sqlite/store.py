@@ -7,13 +7,16 @@ it: the layout (schema.py) and its statements, opening the file (opening.py), th
 Writes are queued to the one writer and group-committed; ``append_nowait(after=)`` queues at
 once behind the write it names. Reads are queued to two reader threads with connections of
 their own (WAL readers never wait for the writer), answered a batch at a time, so the event
-loop never touches the disk.
+loop never touches the disk. A background check reads the whole file once per start
+(integrity.py). Readiness (:meth:`SqliteStore.ping`) is refused while the file refuses
+writes, while a full disk leaves no room, and once the file is found damaged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
 import sqlite3
 import weakref
@@ -36,6 +39,8 @@ from ..base import (
     checked_format,
 )
 from .appending import append_entries
+from .integrity import IntegrityCheck
+from .jobs import Health
 from .opening import FileLock, open_connection, open_writer
 from .reader import Readers
 from .rows import (
@@ -89,6 +94,14 @@ __all__ = ["SqliteStore"]
 T = TypeVar("T")
 
 _READERS: Final = 2
+_HEADROOM_BYTES: Final = 8 << 20
+"""After a full disk, readiness returns once this much room is free again, on the disk and
+under the file's page cap (a frame of the default --max-frame-bytes eight times over)."""
+_log = logging.getLogger("relay.store.sqlite")
+
+
+class _NoRoom(Exception):
+    """The readiness probe found less than the headroom free (the probe's own refusal)."""
 
 
 class SqliteStore(Store):
@@ -102,6 +115,9 @@ class SqliteStore(Store):
         self._lock = FileLock(self.path)
         self._writer: Writer | None = None
         self._readers: Readers | None = None
+        self._check: IntegrityCheck | None = None
+        self._health = Health()
+        self._unready: str | None = None  # why readiness is refused, as last logged
         self._writes: weakref.WeakKeyDictionary[asyncio.Future[Any], Write[Any]] = (
             weakref.WeakKeyDictionary()
         )
@@ -123,17 +139,30 @@ class SqliteStore(Store):
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreOpenError(f"cannot create the directory of {path}: {exc}") from None
-        self._lock.acquire(path)
+        real = self._lock.acquire()  # the file itself, whatever name reached it
         try:
-            writer = open_writer(path)
+            writer = open_writer(real)
         except BaseException:
-            self._lock.release()
+            self._lock.abandon()  # and what this start made beside it
             raise
-        self._writer = Writer(writer, path)
+        health = self._health = Health()
+        self._unready = None
+        self._writer = Writer(writer, real, health)
         self._writer.start()
-        self._readers = Readers(path, lambda: open_connection(path, read_only=True), count=_READERS)
+        connect = functools.partial(open_connection, real, read_only=True)
+        self._readers = Readers(real, connect, count=_READERS, health=health)
+        self._check = IntegrityCheck(connect, health)
+        self._check.start()
+
+    @property
+    def integrity_checked(self) -> bool:
+        """True once this start's background integrity check has ended (tests, tools)."""
+        return self._check is not None and self._check.finished.is_set()
 
     async def close(self) -> None:
+        check, self._check = self._check, None
+        if check is not None:
+            await asyncio.to_thread(check.stop)
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.jobs.put(None)  # after every queued write: they are committed first
@@ -142,20 +171,73 @@ class SqliteStore(Store):
         if readers is not None:
             await asyncio.to_thread(readers.close)  # each thread closes its connection
         self._tails.clear()
-        self._lock.release()
+        self._lock.release()  # last: its descriptor's close would drop SQLite's own locks
 
     async def ping(self) -> bool:
         if self._writer is None:
             return False
+        health = self._health
         try:
-            if not self._writer.healthy:
-                # The last transaction failed (disk full, locked): a small write tells
-                # whether writes work again, so readiness recovers without traffic.
+            if health.full:
+                # Small writes go through on a nearly full disk while frames are refused:
+                # ready again only once there is room for frames.
+                await self._write(self._probe_room)
+            elif health.write_failed:
+                # The last transaction failed (an I/O error, a lock held elsewhere): a small
+                # write tells whether writes work again, so readiness recovers without traffic.
                 await self._write(lambda db: db.execute(PROBE_WRITE))
             await self._read(lambda db: db.execute("SELECT 1").fetchone())
-        except StoreUnavailableError:
-            return False
-        return True
+        except (StoreUnavailableError, _NoRoom):
+            pass
+        reason = self.unready_reason()
+        self._readiness(reason)
+        return reason is None
+
+    def unready_reason(self) -> str | None:
+        """Why the store is not ready now (for /readyz, which anyone may ask: no path, no
+        SQLite text; the log has both); None when it is."""
+        health = self._health
+        if self._writer is None:
+            return "the store is closed"
+        if health.damaged is not None:
+            return "the store's database file is damaged (see the master's log)"
+        if health.full:
+            return "the store's disk is full: frames are refused"
+        if health.write_failed:
+            return "the store refuses writes"
+        return None
+
+    def _readiness(self, reason: str | None) -> None:
+        """Log each change of readiness once (not every probe), naming the file."""
+        if reason == self._unready:
+            return
+        self._unready = reason
+        damaged = self._health.damaged
+        if reason is None:
+            _log.info("sqlite store %s is ready again", self.path)
+        elif damaged is not None:
+            _log.error(
+                "sqlite store %s is damaged (%s): readiness refused; stop rawp, then restore "
+                "a backup or salvage the file (sqlite3 FILE .recover | sqlite3 NEW_FILE)",
+                self.path,
+                damaged,
+            )
+        else:
+            _log.warning("sqlite store %s: %s: readiness refused", self.path, reason)
+
+    def _probe_room(self, db: sqlite3.Connection) -> None:
+        """On the writer thread: is there room for frames again (the headroom free on the
+        disk and under the page cap)? Then a small write, and the store is not full."""
+        page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
+        pages = int(db.execute("PRAGMA page_count").fetchone()[0])
+        free = int(db.execute("PRAGMA freelist_count").fetchone()[0])
+        cap = int(db.execute("PRAGMA max_page_count").fetchone()[0])
+        disk = os.statvfs(self._lock.real.parent)
+        room = min((cap - pages + free) * page_size, disk.f_bavail * disk.f_frsize)
+        if room < _HEADROOM_BYTES:
+            raise _NoRoom(f"{room} bytes free")
+        db.execute(PROBE_WRITE)
+        self._health.full = False  # set again if this transaction fails for want of space
 
     def limit_pages(self, max_pages: int | None) -> asyncio.Future[int]:
         """Fault injection (tests, bench): cap the file at ``max_pages`` pages, so writes past
@@ -171,6 +253,8 @@ class SqliteStore(Store):
         self,
         apply: Callable[[sqlite3.Connection], T],
         after: Write[Any] | None = None,
+        *,
+        scrub: bool = False,
     ) -> asyncio.Future[T]:
         writer = self._writer
         loop = asyncio.get_running_loop()
@@ -178,7 +262,7 @@ class SqliteStore(Store):
         if writer is None:
             future.set_exception(StoreUnavailableError(f"sqlite store {self.path} is closed"))
             return future
-        write = Write(apply, future, loop, after)
+        write = Write(apply, future, loop, after, scrub)
         self._writes[future] = write
         writer.jobs.put(write)
         return future
@@ -232,7 +316,8 @@ class SqliteStore(Store):
             db.execute(ADD_TOMBSTONE, (session_id,))
             return True
 
-        return await self._forgetting_tail(session_id, self._write(apply))
+        # A purge: answered once its bytes are gone from the WAL too (writer.py).
+        return await self._forgetting_tail(session_id, self._write(apply, scrub=True))
 
     async def archive_session(
         self, session_id: str, *, ended_at: str, ended_at_ms: int, reason: str, deleted_by: str

@@ -8,6 +8,12 @@ leaves the rest of the batch applied; a transaction that fails (disk full, I/O e
 file) fails every write of its batch with :class:`~protocol.errors.StoreUnavailableError` and
 nothing of it is kept. A write queued ``after`` another is skipped (failed unapplied) when that
 one failed: the pipelining the Redis store's contract asks for.
+
+A write marked ``scrub`` (a purge) is answered once its bytes are gone from the files too:
+after its transaction the WAL is checkpointed into the database and truncated (the writer
+connection overwrites deleted content with zeros, ``secure_delete``), so none of the old page
+images that held it stays in ``-wal``. The other writes of its batch are answered first; a
+checkpoint that readers hold up is tried again until it completes.
 """
 
 from __future__ import annotations
@@ -24,13 +30,14 @@ from typing import Any, Final, Generic, TypeVar
 
 from protocol.errors import StoreUnavailableError
 
-from .jobs import settle_batch, take_batch, unavailable
+from .jobs import Health, settle_batch, take_batch, unavailable
 
 __all__ = ["Write", "Writer"]
 
 T = TypeVar("T")
 
 _MAX_BATCH: Final = 1024  # writes per transaction at most (bounds one transaction's time)
+_SCRUB_RETRY_S: Final = 1.0  # a checkpoint readers held up is tried again this often
 
 
 @dataclass(eq=False, slots=True)
@@ -41,6 +48,7 @@ class Write(Generic[T]):
     future: asyncio.Future[T]
     loop: asyncio.AbstractEventLoop
     after: Write[Any] | None = None
+    scrub: bool = False  # a purge: answered once the WAL no longer holds what it removed
     failed: bool = False  # written and read by the writer thread only
     result: Any = None
     error: BaseException | None = field(default=None)
@@ -49,22 +57,47 @@ class Write(Generic[T]):
 class Writer(threading.Thread):
     """The single writer: group-commits every queued write, one transaction per batch."""
 
-    def __init__(self, connection: sqlite3.Connection, path: Path) -> None:
+    def __init__(self, connection: sqlite3.Connection, path: Path, health: Health) -> None:
         super().__init__(name="rawp-sqlite-writer", daemon=True)
         self.connection = connection
         self.path = path
+        self.health = health
         self.jobs: queue.SimpleQueue[Write[Any] | None] = queue.SimpleQueue()
-        self.healthy = True
+        self._scrub_pending = False
 
     def run(self) -> None:
         stopping = False
         while not stopping:
-            batch, stopping = take_batch(self.jobs, _MAX_BATCH)
+            wait = _SCRUB_RETRY_S if self._scrub_pending else None
+            try:
+                batch, stopping = take_batch(self.jobs, _MAX_BATCH, wait)
+            except queue.Empty:
+                self._scrub()
+                continue
             if not batch:
                 break
             self._commit(batch)
-            settle_batch(batch)
+            purges = [w for w in batch if w.scrub and not w.failed]
+            if purges:
+                settle_batch([w for w in batch if not (w.scrub and not w.failed)])
+                self._scrub_pending = True
+                self._scrub()
+                settle_batch(purges)
+            else:
+                settle_batch(batch)
+        if self._scrub_pending:
+            self._scrub()
         self.connection.close()
+
+    def _scrub(self) -> None:
+        """Checkpoint the WAL into the database and truncate it; pending again while a
+        reader holds it up (busy) or the checkpoint fails."""
+        try:
+            busy = self.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        except sqlite3.Error as exc:
+            self.health.note(exc)
+            busy = 1
+        self._scrub_pending = bool(busy)
 
     def _commit(self, batch: list[Write[Any]]) -> None:
         db = self.connection
@@ -86,11 +119,12 @@ class Writer(threading.Thread):
                     write.error = exc
                 db.execute("RELEASE one_write")
             db.execute("COMMIT")  # synchronous=FULL: on disk when this returns
-            self.healthy = True
+            self.health.write_failed = False
         except sqlite3.Error as exc:
             with contextlib.suppress(sqlite3.Error):
                 db.execute("ROLLBACK")
-            self.healthy = False
+            self.health.write_failed = True
+            self.health.note(exc)
             error = unavailable(self.path, exc)
             for write in batch:
                 write.failed = True

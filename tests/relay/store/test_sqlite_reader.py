@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from protocol.errors import StoreUnavailableError
+from relay.store.sqlite.jobs import Health
 from relay.store.sqlite.reader import Readers
 
 __all__: list[str] = []
@@ -140,3 +141,30 @@ async def test_a_connection_that_cannot_open_fails_its_batch_and_is_tried_again(
         assert len(attempts) == 2
     finally:
         await asyncio.to_thread(r.close)
+
+
+async def test_a_read_of_a_malformed_page_marks_the_file_damaged(tmp_path: Path) -> None:
+    """A read that meets a garbled page fails store_unavailable and records the damage in
+    the store's Health (readiness reads it); a full-disk or lock failure would not."""
+    path = tmp_path / "garbled.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE t (body TEXT)")
+    db.executemany("INSERT INTO t VALUES (?)", [("x" * 500,) for _ in range(200)])
+    db.commit()
+    db.close()
+    data = bytearray(path.read_bytes())
+    data[-4096:] = bytes(range(256)) * 16  # the last page: a leaf of t
+    path.write_bytes(bytes(data))
+    health = Health()
+    r = Readers(
+        path, lambda: sqlite3.connect(path, check_same_thread=False), count=1, health=health
+    )
+    try:
+        assert await r.read(lambda db: db.execute("SELECT 1").fetchone()) == (1,)
+        assert health.damaged is None
+        with pytest.raises(StoreUnavailableError, match="malformed"):
+            await r.read(lambda db: db.execute("SELECT count(*), max(body) FROM t").fetchone())
+        assert health.damaged is not None
+        assert not health.full
+    finally:
+        r.close()
