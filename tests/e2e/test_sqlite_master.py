@@ -6,7 +6,9 @@ fails the transaction with SQLITE_FULL, the error a full disk gives, without fil
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -14,7 +16,7 @@ from relay.server import Master
 from relay.store.sqlite import SqliteStore
 from tests.e2e.conftest import API_KEY
 from tests.e2e.conftest import test_settings as settings_for
-from tests.e2e.util import new_session
+from tests.e2e.util import http, new_session, wait_until
 from tests.support.wire import new_turn_id
 
 __all__: list[str] = []
@@ -88,3 +90,110 @@ async def test_full_disk_refuses_with_store_unavailable_and_recovers(tmp_path: P
         assert logged[-3:] == [before["message_id"], refused["message_id"], again["message_id"]]
     finally:
         await master.stop()
+
+
+def _copies(path: Path, marker: bytes) -> int:
+    """How often ``marker`` occurs in the database file and SQLite's files beside it."""
+    found = 0
+    for name in (path.name, path.name + "-wal", path.name + "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            found += (path.parent / name).read_bytes().count(marker)
+    return found
+
+
+async def _readyz(master: Master) -> tuple[int, Any]:
+    """GET /readyz (no credential: load balancers have none)."""
+    return await http(master, "GET", "/readyz", token=None)
+
+
+async def test_a_deleted_session_leaves_no_bytes_on_disk(tmp_path: Path) -> None:
+    """DELETE over HTTP: no SQL finds the session and no byte of its frames or name is left
+    in rawp.db or rawp.db-wal, also after a restart (before, the WAL held copies of it)."""
+    path = tmp_path / "rawp.db"
+    marker = "SECRET-" + new_turn_id()[:8]
+    master = await started(path)
+    try:
+        client, (edge,) = await new_session(master, "s-secret")
+        turn = new_turn_id()
+        await client.send("session.turn.start", {"turn_id": turn, "turn_index": 0})
+        for n in range(20):
+            delta = f"{marker} {n} " + marker * (50 * n)  # small and overflow-page frames
+            sent = await client.send("agent.text.delta", {"block_id": "b", "delta": delta})
+        await edge.recv_until(lambda f: f["message_id"] == sent["message_id"])
+        assert _copies(path, marker.encode()) > 0
+        await client.close()
+        await edge.close()
+        status, _ = await http(master, "DELETE", "/v1/session/s-secret")
+        assert status == 200
+        assert _copies(path, marker.encode()) == 0
+    finally:
+        await master.stop()
+    assert _copies(path, marker.encode()) == 0
+    again = await started(path)
+    try:
+        status, _ = await http(again, "GET", "/v1/sessions/s-secret")
+        assert status == 404
+        assert _copies(path, marker.encode()) == 0
+    finally:
+        await again.stop()
+
+
+async def test_readyz_refuses_while_a_full_disk_refuses_frames(tmp_path: Path) -> None:
+    """While frames are refused for want of space /readyz answers 503 saying so (before, it
+    stayed 200), and 200 again once space returns."""
+    master = await started(tmp_path / "rawp.db")
+    try:
+        store = master.store
+        assert isinstance(store, SqliteStore)
+        assert (await _readyz(master))[0] == 200
+        client, (edge,) = await new_session(master, "s-full")
+        await client.send("session.turn.start", {"turn_id": new_turn_id(), "turn_index": 0})
+        await edge.recv()
+        used = await store._read(lambda db: db.execute("PRAGMA page_count").fetchone()[0])
+        await store.limit_pages(used + 2)
+        await client.send("agent.text.delta", {"block_id": "b", "delta": "x" * 200_000})
+        error = await client.recv_until(lambda f: f["type"] == "session.error")
+        assert error[-1]["payload"]["error_code"] == "store_unavailable"
+        for _ in range(3):  # every probe, not the first only
+            status, body = await _readyz(master)
+            assert status == 503
+            assert body["code"] == "store_unavailable"
+            assert "disk is full" in body["detail"]
+            assert str(tmp_path) not in body["detail"]  # anyone may ask /readyz
+        await store.limit_pages(None)
+        assert (await _readyz(master))[0] == 200
+    finally:
+        await master.stop()
+
+
+async def test_readyz_refuses_a_damaged_file(tmp_path: Path) -> None:
+    """A page garbled deep inside the file: the master starts (what is not damaged stays
+    readable), and /readyz answers 503 naming the damage once the background check found
+    it (before, 200 while reads of the damaged session answered 503)."""
+    path = tmp_path / "rawp.db"
+    master = await started(path)
+    try:
+        for n in range(4):
+            client, (edge,) = await new_session(master, f"s-{n}")
+            await client.send("session.turn.start", {"turn_id": new_turn_id(), "turn_index": 0})
+            for _ in range(40):
+                last = await client.send("agent.text.delta", {"block_id": "b", "delta": "y" * 300})
+            await edge.recv_until(lambda f, m=last["message_id"]: f["message_id"] == m)
+            await client.close()
+            await edge.close()
+    finally:
+        await master.stop()
+    data = bytearray(path.read_bytes())
+    page = len(data) // 4096 // 2
+    data[page * 4096 : (page + 1) * 4096] = bytes(range(256)) * 16
+    path.write_bytes(bytes(data))
+    damaged = await started(path)
+    try:
+        store = damaged.store
+        assert isinstance(store, SqliteStore)
+        await wait_until(lambda: store.integrity_checked, timeout=30)
+        status, body = await _readyz(damaged)
+        assert status == 503
+        assert "damaged" in body["detail"]
+    finally:
+        await damaged.stop()

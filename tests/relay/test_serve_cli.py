@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -21,12 +22,14 @@ from relay.server import Master
 from relay.startup import (
     EXIT_BAD_SETTING,
     EXIT_CANNOT_LISTEN,
+    EXIT_STORE_REFUSED,
     EXIT_STORE_UNKNOWN,
     EXIT_STORE_UNREACHABLE,
     EXIT_TLS,
     StartupError,
 )
 from tests.e2e.conftest import test_settings as settings_for_test
+from tests.support.mounts import remount, tmpfs
 
 REPO = Path(__file__).resolve().parents[2]
 RAWP = [sys.executable, "-m", "rawp.cli"]
@@ -138,6 +141,64 @@ async def test_a_missing_tls_key_is_named(tmp_path: Path) -> None:
     assert len(lines) == 1, lines
     assert str(missing) in lines[0]
     assert "--tls-key" in lines[0]
+
+
+async def test_a_second_master_on_another_name_of_its_file_exits_7(tmp_path: Path) -> None:
+    """A master owns data/rawp.db; rawp serve on a symlink or a hard link to that file is
+    refused in one line naming the owner's pid, exit 7 (before, it started, and both masters
+    appended their own seqs to one log)."""
+    database = tmp_path / "data" / "rawp.db"
+    ports = ("--ws-port", "0", "--http-port", "0")
+    async with running_serve("--store", f"sqlite:{database}", *ports, env=_env()) as owner:
+        await _line(owner.stdout, "RAWP master:")
+        symlink, hard_link = tmp_path / "symlink.db", tmp_path / "hard-link.db"
+        symlink.symlink_to(database)
+        os.link(database, hard_link)
+        for alias in (symlink, hard_link):
+            code, lines = await serve_fails("--store", f"sqlite:{alias}", *ports)
+            assert code == EXIT_STORE_REFUSED, lines
+            assert len(lines) == 1, lines
+            assert "in use by another rawp process" in lines[0]
+            assert f"pid {owner.pid}" in lines[0]
+
+
+async def test_a_foreign_sqlite_file_exits_7_and_is_left_as_it_was(tmp_path: Path) -> None:
+    """An SQLite file with user_version 7 and no tables is another program's: one line,
+    exit 7, the file unchanged and nothing created beside it (before, it was taken over)."""
+    theirs = tmp_path / "theirs.db"
+    with contextlib.closing(sqlite3.connect(theirs)) as db:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA user_version = 7")
+        db.commit()
+    content = theirs.read_bytes()
+    code, lines = await serve_fails(
+        "--store", f"sqlite:{theirs}", "--ws-port", "0", "--http-port", "0"
+    )
+    assert code == EXIT_STORE_REFUSED
+    assert len(lines) == 1, lines
+    assert "not a RAWP database" in lines[0]
+    assert theirs.read_bytes() == content
+    assert os.listdir(tmp_path) == ["theirs.db"]
+
+
+@pytest.mark.parametrize("existing", [True, False])
+async def test_a_read_only_file_system_exits_7(tmp_path: Path, existing: bool) -> None:
+    """A store on a read-only mount: one line saying so, exit 7 as documented (before, the
+    lock file could not be created and it exited 4 "cannot reach the store … redis-server")."""
+    with tmpfs(tmp_path / "ro", size="8m") as mount:
+        database = mount / "rawp.db"
+        if existing:
+            with contextlib.closing(sqlite3.connect(database)) as db:
+                db.execute("PRAGMA journal_mode = DELETE")
+                db.commit()
+        remount(mount, read_only=True)
+        code, lines = await serve_fails(
+            "--store", f"sqlite:{database}", "--ws-port", "0", "--http-port", "0"
+        )
+    assert code == EXIT_STORE_REFUSED, lines
+    assert len(lines) == 1, lines
+    assert "read-only file system" in lines[0]
+    assert "redis" not in lines[0]
 
 
 def test_a_store_password_is_not_shown() -> None:

@@ -142,8 +142,10 @@ class SqliteStore(Store):
         real = self._lock.acquire()  # the file itself, whatever name reached it
         try:
             writer = open_writer(real)
-        except BaseException:
+        except BaseException as exc:
             self._lock.abandon()  # and what this start made beside it
+            if isinstance(exc, OSError):  # a file we cannot use, never "unreachable"
+                raise StoreOpenError(f"{path} cannot be used: {exc}") from None
             raise
         health = self._health = Health()
         self._unready = None
@@ -163,13 +165,15 @@ class SqliteStore(Store):
         check, self._check = self._check, None
         if check is not None:
             await asyncio.to_thread(check.stop)
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            writer.jobs.put(None)  # after every queued write: they are committed first
-            await asyncio.to_thread(writer.join)
         readers, self._readers = self._readers, None
         if readers is not None:
             await asyncio.to_thread(readers.close)  # each thread closes its connection
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            # After every queued write: they are committed first. The writer's connection
+            # is the last one, so its close checkpoints the WAL into the file and removes it.
+            writer.jobs.put(None)
+            await asyncio.to_thread(writer.join)
         self._tails.clear()
         self._lock.release()  # last: its descriptor's close would drop SQLite's own locks
 
