@@ -191,7 +191,7 @@ async def test_full_disk_refuses_loses_nothing_acknowledged_and_recovers(
     ]
     with pytest.raises(StoreUnavailableError, match="full"):
         await store.append("s-full", big)
-    # (ping's probe rewrites a page in place, which the page cap allows: not asserted here)
+    # (readiness while full: test_readiness_stays_refused_while_a_full_disk_refuses_frames)
     assert [e.seq for e in await store.read("s-full")] == [r.seq for r in acknowledged]
     await store.limit_pages(None)
     assert await store.ping()  # readiness recovers by itself once space returns
