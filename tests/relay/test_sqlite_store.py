@@ -625,3 +625,31 @@ async def test_a_read_only_file_system_is_refused_as_read_only(
             await SqliteStore(path).start()
         assert str(path) in str(refused.value)
         assert _names(mount) == before
+
+
+async def test_a_purge_held_up_by_a_long_read_scrubs_the_wal_once_it_ends(
+    tmp_path: Path,
+) -> None:
+    """A read transaction open elsewhere keeps the WAL: the purge is answered all the same
+    (writes do not wait on that reader), and the WAL is truncated once the read ends."""
+    marker = "HELD-UP-5d2e"
+    store = SqliteStore(tmp_path / "rawp.db")
+    await store.start()
+    reader = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        await store.create_session(header("s-held"))
+        for _ in range(5):
+            await store.append("s-held", [_marked(marker, 3000)])
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM log").fetchone()  # a snapshot: the WAL stays
+        assert await store.delete_session("s-held")
+        assert _copies(store.path, marker.encode()) > 0  # the reader's snapshot holds it
+        reader.execute("COMMIT")
+        for _ in range(100):  # retried every second by the writer
+            if _copies(store.path, marker.encode()) == 0:
+                break
+            await asyncio.sleep(0.1)
+        assert _copies(store.path, marker.encode()) == 0
+    finally:
+        reader.close()
+        await store.close()

@@ -20,9 +20,12 @@ from typing import Any, Final, Protocol, TypeVar
 
 from protocol.errors import StoreUnavailableError
 
-__all__ = ["Answered", "Health", "settle_batch", "take_batch", "unavailable"]
+__all__ = ["BUSY_TIMEOUT_MS", "Answered", "Health", "settle_batch", "take_batch", "unavailable"]
 
 J = TypeVar("J")
+
+BUSY_TIMEOUT_MS: Final = 1000
+"""Every connection's: another program holding the file is given up on after this."""
 
 _SQLITE_CORRUPT: Final = 11
 _SQLITE_FULL: Final = 13

@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Final
 
 from ..base import StoreOpenError
+from .jobs import BUSY_TIMEOUT_MS
 from .schema import APPLICATION_ID, DB_FORMAT, TABLES, TABLES_V1, create_schema, upgrade_to_2
 
 __all__ = ["FileLock", "inspect_file", "open_connection", "open_writer"]
 
 _SQLITE_MAGIC: Final = b"SQLite format 3\x00"
-_BUSY_TIMEOUT_MS: Final = 1000  # another program holding the file: give up after this
 _READ_ONLY_ERRORS: Final = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 
 
@@ -39,7 +39,7 @@ def open_connection(path: Path, *, read_only: bool) -> sqlite3.Connection:
     """A connection to the existing file (a reader's, or ``inspect_file``'s)."""
     uri = f"{path.resolve().as_uri()}?mode={'ro' if read_only else 'rw'}"
     db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-    db.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+    db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     return db
 
 
@@ -263,7 +263,7 @@ def open_writer(path: Path) -> sqlite3.Connection:
     writer: sqlite3.Connection | None = None
     try:
         writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        writer.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+        writer.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         mode = writer.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise StoreOpenError(f"{path}: SQLite refused WAL mode ({mode})")

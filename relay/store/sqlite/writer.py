@@ -30,7 +30,7 @@ from typing import Any, Final, Generic, TypeVar
 
 from protocol.errors import StoreUnavailableError
 
-from .jobs import Health, settle_batch, take_batch, unavailable
+from .jobs import BUSY_TIMEOUT_MS, Health, settle_batch, take_batch, unavailable
 
 __all__ = ["Write", "Writer"]
 
@@ -38,6 +38,9 @@ T = TypeVar("T")
 
 _MAX_BATCH: Final = 1024  # writes per transaction at most (bounds one transaction's time)
 _SCRUB_RETRY_S: Final = 1.0  # a checkpoint readers held up is tried again this often
+# How long a purge's checkpoint waits for readers: short, as every write waits behind it (a
+# long read, the integrity check, is not waited for but tried again later).
+_SCRUB_WAIT_MS: Final = 50
 
 
 @dataclass(eq=False, slots=True)
@@ -92,8 +95,13 @@ class Writer(threading.Thread):
     def _scrub(self) -> None:
         """Checkpoint the WAL into the database and truncate it; pending again while a
         reader holds it up (busy) or the checkpoint fails."""
+        db = self.connection
         try:
-            busy = self.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            db.execute(f"PRAGMA busy_timeout = {_SCRUB_WAIT_MS}")
+            try:
+                busy = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            finally:
+                db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         except sqlite3.Error as exc:
             self.health.note(exc)
             busy = 1
