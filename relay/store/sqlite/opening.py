@@ -136,7 +136,7 @@ class FileLock:
         except BlockingIOError:
             holder = _flock_holder(fd) or _pid_in(self.path) or "unknown"
             os.close(fd)
-            same = "" if real == given else f", the same file as {real}"
+            same = "" if str(real) == os.path.abspath(given) else f", the same file as {real}"
             raise StoreOpenError(
                 f"{given} is in use by another rawp process (pid {holder}{same}); stop it or "
                 "choose another --store"

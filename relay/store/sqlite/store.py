@@ -181,6 +181,7 @@ class SqliteStore(Store):
         if self._writer is None:
             return False
         health = self._health
+        answered = True
         try:
             if health.full:
                 # Small writes go through on a nearly full disk while frames are refused:
@@ -192,8 +193,8 @@ class SqliteStore(Store):
                 await self._write(lambda db: db.execute(PROBE_WRITE))
             await self._read(lambda db: db.execute("SELECT 1").fetchone())
         except (StoreUnavailableError, _NoRoom):
-            pass
-        reason = self.unready_reason()
+            answered = False
+        reason = self.unready_reason() or (None if answered else "the store does not answer")
         self._readiness(reason)
         return reason is None
 
