@@ -653,3 +653,16 @@ async def test_a_purge_held_up_by_a_long_read_scrubs_the_wal_once_it_ends(
     finally:
         reader.close()
         await store.close()
+
+
+async def test_a_store_whose_reads_fail_is_not_ready(store: SqliteStore) -> None:
+    """Readiness needs an answer: with no reader to answer (here, the reader threads gone)
+    ping() is False although nothing was learnt of the file."""
+    assert await store.ping()
+    readers, store._readers = store._readers, None
+    try:
+        assert not await store.ping()
+        assert store.unready_reason() is None  # /readyz then says "not reachable"
+    finally:
+        store._readers = readers
+    assert await store.ping()
