@@ -141,6 +141,12 @@ class FileLock:
                 f"{given} is in use by another rawp process (pid {holder}{same}); stop it or "
                 "choose another --store"
             ) from None
+        except OSError as exc:  # no flock here (some network file systems)
+            os.close(fd)
+            raise StoreOpenError(
+                f"{given} cannot be locked ({exc.strerror or exc}): rawp keeps its database "
+                "on a local file system"
+            ) from None
         self._fd = fd
         try:
             self._lock_pid_file(given)
