@@ -150,8 +150,12 @@ class FileLock:
         self._fd = fd
         try:
             self._lock_pid_file(given)
-        except BaseException:
+        except BaseException as exc:
             self.abandon()
+            if isinstance(exc, OSError):
+                raise StoreOpenError(
+                    f"{given} cannot be locked ({self.path}: {exc.strerror or exc})"
+                ) from None
             raise
         return real
 
