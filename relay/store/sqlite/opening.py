@@ -22,6 +22,7 @@ import fcntl
 import os
 import sqlite3
 import stat
+import threading
 from pathlib import Path
 from typing import Final
 
@@ -94,6 +95,12 @@ def inspect_file(path: Path) -> int:
     return max(1, int(version))
 
 
+# The files this process owns, by (device, inode): a second store in this process on one of
+# them must not open it, as closing that descriptor would drop the owner's SQLite locks.
+_OWNED: set[tuple[int, int]] = set()
+_OWNED_GUARD: Final = threading.Lock()
+
+
 class FileLock:
     """The database file ``flock``'d for the store's lifetime, and ``PATH.lock`` beside its
     real path holding the owner's pid.
@@ -101,7 +108,8 @@ class FileLock:
     :meth:`acquire` opens (or creates) the database file and locks that open file: the lock
     is on the file's identity, whatever name reached it. SQLite's own locks are POSIX record
     locks, which closing *any* descriptor of the file drops for the whole process, so
-    :meth:`release` must come after every SQLite connection to the file is closed.
+    :meth:`release` must come after every SQLite connection to the file is closed, and a
+    file this process owns already is refused from a table of its own, without opening it.
     """
 
     def __init__(self, db_path: Path) -> None:
@@ -112,6 +120,7 @@ class FileLock:
         self._pid_fd: int | None = None
         self._made: list[Path] = []  # files this start created (removed if it is refused)
         self._existed: set[Path] = set()
+        self._identity = (0, 0)  # the locked file's (device, inode)
 
     def acquire(self) -> Path:
         """Lock the database file (created empty if absent); its real path. Raises
@@ -122,6 +131,14 @@ class FileLock:
         self.path = real.with_name(real.name + ".lock")
         self._existed = {p for p in _sqlite_files(real) if p.exists()}
         created = not real.exists()
+        with contextlib.suppress(FileNotFoundError):
+            info = real.stat()
+            with _OWNED_GUARD:
+                if (info.st_dev, info.st_ino) in _OWNED:
+                    raise StoreOpenError(
+                        f"{given} is in use by another store of this rawp process (pid "
+                        f"{os.getpid()}); close it or choose another --store"
+                    )
         try:
             fd = os.open(real, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
         except OSError as exc:
@@ -148,6 +165,10 @@ class FileLock:
                 "on a local file system"
             ) from None
         self._fd = fd
+        info = os.fstat(fd)
+        self._identity = (info.st_dev, info.st_ino)
+        with _OWNED_GUARD:
+            _OWNED.add(self._identity)
         try:
             self._lock_pid_file(given)
         except BaseException as exc:
@@ -207,6 +228,9 @@ class FileLock:
         for fd in (self._pid_fd, self._fd):
             if fd is not None:
                 os.close(fd)  # closing the descriptor drops its flock
+        if self._fd is not None:
+            with _OWNED_GUARD:
+                _OWNED.discard(self._identity)
         self._fd = self._pid_fd = None
         self._made = []
 
