@@ -6,6 +6,7 @@ fails the transaction with SQLITE_FULL, the error a full disk gives, without fil
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from pathlib import Path
 from typing import Any
@@ -197,3 +198,34 @@ async def test_readyz_refuses_a_damaged_file(tmp_path: Path) -> None:
         assert "damaged" in body["detail"]
     finally:
         await damaged.stop()
+
+
+async def test_an_archive_purged_past_its_retention_leaves_no_bytes(tmp_path: Path) -> None:
+    """The purge loop removes an archive past its retention, and no byte of its frames is
+    left in rawp.db or rawp.db-wal (before, the WAL kept copies of it)."""
+    from relay.archive import purge_archives
+
+    path = tmp_path / "rawp.db"
+    marker = "ARCHIVED-" + new_turn_id()[:8]
+    store = SqliteStore(path)
+    master = Master(settings_for(reattach_window_s=0.2, archive_retention_s=0.0), store=store)
+    await master.start()
+    try:
+        client, (edge,) = await new_session(master, "s-archived")
+        await client.send("session.turn.start", {"turn_id": new_turn_id(), "turn_index": 0})
+        for n in range(10):
+            sent = await client.send("agent.text.delta", {"block_id": "b", "delta": marker * n})
+        await edge.recv_until(lambda f: f["message_id"] == sent["message_id"])
+        await client.close()  # the window runs out: archived (reason timeout)
+        await edge.recv_until(lambda f: f["type"] == "session.deleted", timeout=10.0)
+        await wait_until(lambda: store.archived_before(2**62))
+        assert _copies(path, marker.encode()) > 0  # archived: still readable
+        purger = asyncio.ensure_future(purge_archives(master.hub, 0.05))
+        try:
+            await wait_until(lambda: store.is_deleted("s-archived"))
+        finally:
+            purger.cancel()
+        assert _copies(path, marker.encode()) == 0
+    finally:
+        await master.stop()
+    assert _copies(path, marker.encode()) == 0
