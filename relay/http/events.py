@@ -38,10 +38,10 @@ from ..store.base import ParticipantRecord
 from .access import (
     hub_of,
     int_query,
-    loaded_session,
     principal_of,
     require_act,
     visible_header,
+    writable_session,
 )
 from .fencing import fenced_write
 from .middleware import ApiError
@@ -181,9 +181,7 @@ async def append_event(request: web.Request) -> web.Response:
     act = acts.act_of(body.type)
     if act is not None:
         require_act(principal, act)
-    session = await loaded_session(request, header)
-    if session.header.archived:
-        raise ApiError(409, f"session {session.id} has ended: it is read-only", code="archived")
+    session = await writable_session(request, header)
     frame, raw = _frame_from(session.id, body)
     return await submit(session, principal, frame, raw)
 
@@ -194,7 +192,7 @@ async def cancel_turn(request: web.Request) -> web.Response:
     header = await visible_header(request, principal)
     body = await decode_body(request, CancelBody, optional=True)
     require_act(principal, "cancel_turn")
-    session = await loaded_session(request, header)
+    session = await writable_session(request, header)
     turn_id = body.turn_id or session.state.turn_id
     if turn_id is None:
         raise ApiError(409, "no turn is running in this session", code="not_running")
