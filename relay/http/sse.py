@@ -101,8 +101,12 @@ class EventStream:
         credential watch asks every round, relay/revocation.py) is stuck writing to a reader
         that stopped reading, so its connection is closed under it (§16.9).
         """
-        if self.stop.is_set() and isinstance(self._transport, asyncio.WriteTransport):
-            self._transport.abort()  # close() would wait to flush what the reader never takes
+        if self.stop.is_set() and self._transport is not None:
+            # Not an isinstance check: uvloop's transports are no asyncio.WriteTransport, yet
+            # abort the same. close() would wait to flush what the reader never takes.
+            abort = getattr(self._transport, "abort", None)
+            if abort is not None:
+                abort()
         self.stop.set()
 
 
