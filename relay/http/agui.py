@@ -47,6 +47,7 @@ from ..store.base import LogEntry
 from .access import hub_of, principal_of, visible_header, writable_session
 from .context import SESSION_PATH, authenticate
 from .events import submit
+from .hardening import peer_gone
 from .middleware import HTTP_METRICS, ApiError
 from .models import read_body, require_json
 from .sse import STREAMS, EventStream, SessionTail, reloaded, wait_for_news
@@ -421,12 +422,14 @@ async def _serve(
     metrics.streams.inc()
     try:
         await body()
-    except (ConnectionResetError, asyncio.CancelledError):
+    except ConnectionError as exc:  # the reader reset or dropped its connection: its doing
+        peer_gone(request, exc)
+    except asyncio.CancelledError:
         pass
     finally:
         streams.discard(stream.sse)
         metrics.streams.dec()
-    with contextlib.suppress(ConnectionResetError):
+    with contextlib.suppress(ConnectionError):
         await response.write_eof()
     return response
 

@@ -38,6 +38,7 @@ from ..session import Session
 from ..store.base import LogEntry
 from .access import hub_of, int_query, loaded_session, visible_header
 from .context import authenticate
+from .hardening import peer_gone
 from .middleware import HTTP_METRICS, ApiError
 
 __all__ = [
@@ -225,13 +226,15 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
                 session = current
                 session.listeners.add(tail)
                 await _catch_up(stream, session)
-    except (ConnectionResetError, asyncio.CancelledError):
+    except ConnectionError as exc:  # the reader reset or dropped its connection: its doing
+        peer_gone(request, exc)
+    except asyncio.CancelledError:
         pass
     finally:
         session.listeners.discard(tail)
         streams.discard(stream)
         metrics.streams.dec()
-    with contextlib.suppress(ConnectionResetError):
+    with contextlib.suppress(ConnectionError):
         await response.write_eof()
     return response
 
