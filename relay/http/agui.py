@@ -254,6 +254,12 @@ async def agui_tail(request: web.Request) -> web.StreamResponse:
     if until not in ("", "run_end"):
         raise ApiError(400, "until must be run_end", code="invalid_query")
     session = await _terminated(request, session_id)
+    if cursor is not None and cursor[0] > await hub.store.head_seq(session_id):
+        # Not an event of this log (another session of that id, or a made-up id): what it
+        # has is unknown, so the stream starts as a late joiner's does, with the snapshot
+        # that replaces the reader's messages — as a WebSocket resume past the head gets a
+        # truncated history (docs/ag-ui.md).
+        cursor = None
     response = _start_response()
     sse = EventStream(response, principal, request.app[HTTP_METRICS].sse_events, request.transport)
     stream = _Stream(session_id, response, sse, until_run_end=until == "run_end")

@@ -12,7 +12,8 @@ entry, in seq order) *before* it reads the backlog from the store, then writes e
 once, in order — an entry is written only when it is exactly ``last + 1``; anything the
 listener skipped (a gap, or its queue overflowed for a slow reader) is read from the store.
 Retention can have trimmed the log under a cursor: the stream then says so with a
-``stream.gap`` event (no id) naming the seqs that are gone.
+``stream.gap`` event (no id) naming the seqs that are gone. A cursor past the head is not
+from this log: a ``stream.reset`` event (no id) says so and the stream goes on from the head.
 
 Browsers' ``EventSource`` cannot send ``Authorization``; it may pass the credential as
 ``?access_token=`` instead (only on this route; prefer a session token there).
@@ -193,6 +194,14 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
     interval = min(15.0, hub.settings.heartbeat_interval_s)
     try:
         await response.write(b"retry: %d\n\n" % _RETRY_MS)
+        head = await session.store.head_seq(session.id)
+        if stream.last > head:
+            # The cursor is not in this log (another session of that id, or a made-up id):
+            # say so and go on from the head, as a WebSocket resume past the head gets a
+            # truncated history — never wait, silent, for seqs this log will not reach.
+            reset = {"reason": "cursor_ahead", "last_event_id": stream.last, "head_seq": head}
+            await response.write(b"event: stream.reset\ndata: %s\n\n" % codec.encode_json(reset))
+            stream.last = head
         await _catch_up(stream, session)
         while not stream.done and not stream.stop.is_set():
             tail.wake.clear()

@@ -320,3 +320,33 @@ async def _open_streams(api: Api) -> float:
     return sum(
         float(line.split()[1]) for line in text.splitlines() if line.startswith("rawp_sse_streams ")
     )
+
+
+@pytest.mark.parametrize("cursor", [{"Last-Event-ID": "500"}, {"after_seq": "500"}])
+async def test_a_cursor_past_the_head_is_reset_to_it_and_the_next_turn_arrives(
+    api: Api, master: Master, cursor: dict[str, str]
+) -> None:
+    """A cursor of 500 on a 6-entry log: ``stream.reset`` names it, then live events come."""
+    client = await streamed_session(api, master, "s-ahead", 4)
+    path, headers = "/v1/sessions/s-ahead/events/stream", auth()
+    if "after_seq" in cursor:
+        path += "?after_seq=" + cursor["after_seq"]
+    else:
+        headers.update(cursor)
+    stream = await RawStream.open(master, path, headers)
+    assert stream.status == 200
+    reset = await stream.next_event()
+    assert reset is not None
+    assert reset["event"] == "stream.reset"
+    assert "id" not in reset
+    assert json.loads(reset["data"]) == {
+        "reason": "cursor_ahead",
+        "last_event_id": 500,
+        "head_seq": 6,
+    }
+    await client.send("agent.text.delta", {"block_id": "b", "delta": "next"})
+    live = await stream.next_event()
+    assert live is not None
+    assert (live["id"], live["event"]) == ("7", "agent.text.delta")
+    await stream.close()
+    await client.close()
