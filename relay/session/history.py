@@ -37,10 +37,10 @@ class ClientHistory:
         """Check, plan, log and deliver ``frame``; its effects follow its delivery."""
         core = self.core
         frames: list[Frame | GenericFrame] = []
-        raw_of: dict[int, bytes] = {}  # the history's own bytes travel untouched
+        raw_of: dict[int, bytes] = {}  # each frame's own bytes, only seq and sender replaced
         for raw in frame.payload.frames:
             try:
-                inner = codec.decode(raw)
+                inner = codec.decode_received(bytes(raw))
             except ProtocolError as exc:
                 participant.send_error(exc)
                 continue
@@ -76,7 +76,9 @@ class ClientHistory:
                 )
                 continue
             frames.append(inner)
-            raw_of[id(inner)] = bytes(raw)
+            # Stripped and stamped like a live frame: a seq or a master's sender brought in a
+            # history would reach the edges and the log as the master's word (notes §16.8).
+            raw_of[id(inner)] = codec.stamp_sender(bytes(raw), inner, participant.sender)
         try:
             plan = plan_history(core.state, frames, frame.payload.buffer_status, participant.role)
         except ProtocolError as exc:
