@@ -20,7 +20,7 @@ from protocol.state import Effect, effect_of
 from ..store.base import NewEntry
 from .core import Hooks, SessionCore
 from .participant import Participant
-from .pipeline import CommitPipeline, Pending
+from .pipeline import CommitPipeline, Pending, same_frame
 
 __all__ = ["ClientHistory"]
 
@@ -61,6 +61,10 @@ class ClientHistory:
                 self.pipeline.refuse(participant, frame.message_id, exc)
                 return
             if logged:
+                held = await self.pipeline.holder(inner.message_id)
+                if held is not None and not same_frame(held, participant.role, inner, bytes(raw)):
+                    # Another frame holds that id: refused, not dropped as logged already.
+                    self.pipeline.conflict(participant, inner, held)
                 continue  # already logged live: logged once (notes §7)
             # [trust] a history's frames are acts like live ones: what the credential may
             # not do is neither logged nor relayed (every view would fold it, §16.6).

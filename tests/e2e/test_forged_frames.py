@@ -1,7 +1,8 @@
 """Frames that would read one way to the master and another to a receiver (notes §3, §16.8).
 
 A reattaching client's history cannot carry the master's stamp to the edges or the log, and
-a frame holding one key twice is refused, not relayed with both values.
+a frame holding one key twice is refused, not relayed with both values, and a message id
+another frame holds is refused, not dropped as a re-send that its sender counts committed.
 """
 
 from __future__ import annotations
@@ -9,8 +10,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import aiohttp
+
 from protocol import codec
 from relay.server import Master
+from tests.e2e.conftest import API_KEY
 from tests.e2e.test_finalization import (
     drop,
     finalization_frames,
@@ -18,8 +22,8 @@ from tests.e2e.test_finalization import (
     mid_turn,
     reattach_client,
 )
-from tests.e2e.util import logged
-from tests.support.wire import envelope
+from tests.e2e.util import logged, new_session
+from tests.support.wire import envelope, new_turn_id
 
 _MASTER = {"role": "master", "participant_id": "master"}
 
@@ -101,3 +105,52 @@ def test_duplicate_key_finds_keys_twice_at_any_depth() -> None:
     assert codec.duplicate_key(b'{"a":1,"\\u0061":2}') == "a"
     assert codec.duplicate_key(b'{ "a" : 1, "b" : { "a" : 2 } }') is None
     assert codec.duplicate_key(b'{"a":"\\u00e9"}') is None
+
+
+async def test_an_id_another_sender_used_is_refused_not_swallowed(master: Master) -> None:
+    """An edge reusing the client's message_id: message_id_conflict, not logged, not acked."""
+    sid = "s-forged-ids"
+    client, (edge,) = await new_session(master, sid)
+    edge.show_acks = True
+    turn = await client.send("session.turn.start", {"turn_id": new_turn_id(), "turn_index": 0})
+    assert (await edge.recv())["message_id"] == turn["message_id"]
+    head = len(await logged(master, sid))
+    taken = envelope(sid, "user.message", {"text": "steal"}, message_id=turn["message_id"])
+    await edge.send_frame(taken)
+    error = await edge.recv_type("session.error")
+    assert error["payload"]["error_code"] == "message_id_conflict"
+    assert error["payload"]["ref_message_id"] == turn["message_id"]
+    assert len(await logged(master, sid)) == head
+    # The edge's next frame is acknowledged alone: the refused one is not counted committed.
+    mine = await edge.send("user.message", {"text": "mine"})
+    ack = await edge.recv_type("connection.ack")
+    assert ack["payload"]["last_message_id"] == mine["message_id"]
+    assert [f["message_id"] for f in await logged(master, sid)][head:] == [mine["message_id"]]
+    # The client sending its own frame again is a re-send: dropped quietly, logged once.
+    await client.send_frame(turn)
+    await client.send("agent.text.delta", {"block_id": "b1", "delta": "x"})
+    delta = await edge.recv_type("agent.text.delta")
+    assert delta["payload"]["delta"] == "x"
+    assert [
+        e["payload"]["error_code"] for e in client.received if e["type"] == "session.error"
+    ] == []
+    # Over HTTP alike: 409, not "200 duplicate" with the other frame.
+    status, body = await http_json(
+        master,
+        "POST",
+        f"/v1/sessions/{sid}/events",
+        {"type": "user.message", "payload": {"text": "x"}, "message_id": turn["message_id"]},
+    )
+    assert (status, body["code"]) == (409, "message_id_conflict")
+    await edge.close()
+    await client.close()
+
+
+async def http_json(master: Master, method: str, path: str, body: Any) -> tuple[int, Any]:
+    """One request with a JSON body and the test key; (status, decoded body)."""
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.request(method, master.http_url + path, json=body, headers=headers) as r,
+    ):
+        return r.status, await r.json(content_type=None)
