@@ -100,23 +100,21 @@ class ProblemRequestHandler(RequestHandler):
         A peer that reset or dropped its connection under a handler is the peer's doing, not
         the master's: logged at info, without a traceback (nothing can be answered to it).
         """
-        code = "bad_request" if status < 500 else "internal"
         if isinstance(exc, ConnectionError):
             peer_gone(request, exc)
-            status, code = _PEER_GONE, "client_gone"
-        if status >= 500:
+            # Never reaches the client, which left: for the access log and the metrics.
+            response = problem(_PEER_GONE, "the client closed the connection", code="client_gone")
+        elif status >= 500:
             # Logged once, by aiohttp's own handler (which also checks nothing was sent yet).
             super().handle_error(request, status, exc, message)
-            detail = "the master could not answer this request"
-        elif status == _PEER_GONE:
-            detail = "the client closed the connection"  # never reaches it: for the access log
+            response = problem(status, "the master could not answer this request", code="internal")
         else:
             self.log_debug("refused a malformed request: %s", message)
             detail = "malformed HTTP request"
             if message:
                 # aiohttp's parser messages echo received bytes: one line, cut short.
                 detail += ": " + names.one_line(message.splitlines()[0][:200])
-        response = problem(status, detail, code=code)
+            response = problem(status, detail, code="bad_request")
         response.headers["Server"] = SERVER_HEADER
         response.force_close()
         return response
