@@ -3,6 +3,9 @@
 * :func:`decode` parses one WebSocket message into a typed frame (or a :class:`GenericFrame`
   for an unknown type marked ``metadata.ignorable``), raising :class:`InvalidFrame` or
   :class:`UnknownType` with a message a person can act on.
+* :func:`decode_received` is :func:`decode` for a frame a participant sent, whose bytes are
+  relayed as they came: it also refuses an object holding one key twice (parsers disagree on
+  which value counts, so the frame validated would not be the frame every receiver reads).
 * :func:`stamp` / :func:`stamp_parts` add the master's ``seq`` and ``sender`` to the sender's
   *original* bytes, so unknown keys travel untouched (notes §3) and the frame is encoded once.
 * :func:`encode` serialises frames the master or a library builds itself.
@@ -13,6 +16,7 @@ from __future__ import annotations
 import datetime as _dt
 import difflib
 import itertools
+import json
 import os
 import re
 import time
@@ -36,6 +40,8 @@ __all__ = [
     "SYNTHETIC",
     "decode",
     "decode_object",
+    "decode_received",
+    "duplicate_key",
     "encode",
     "encode_json",
     "format_time",
@@ -44,6 +50,7 @@ __all__ = [
     "parse_time",
     "stamp",
     "stamp_parts",
+    "stamp_sender",
 ]
 
 _any_decoder: Final = msgspec.json.Decoder(AnyFrame)
@@ -68,6 +75,54 @@ def decode(data: bytes | str) -> Frame | GenericFrame:
     except RecursionError:
         raise InvalidFrame("JSON nested too deeply") from None
     return frame
+
+
+def decode_received(data: bytes) -> Frame | GenericFrame:
+    """:func:`decode`, and :class:`InvalidFrame` when any object of ``data`` holds a key twice.
+
+    Such a frame would be validated with one value (the last) and relayed with both, and a
+    receiver whose parser keeps the first would read another frame than the one checked.
+    """
+    frame = decode(data)
+    duplicate = duplicate_key(data)
+    if duplicate is not None:
+        shown = duplicate[:40].encode("unicode_escape").decode("ascii")
+        raise InvalidFrame(f"the key {shown!r} appears twice in one object; send each key once")
+    return frame
+
+
+class _Duplicate(Exception):
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Duplicate(key)
+            seen.add(key)
+    return obj
+
+
+def duplicate_key(data: bytes) -> str | None:
+    """The first key found twice in one object of the JSON ``data``, or None.
+
+    Fast path: ``data`` re-encoded compactly from what it decodes to is ``data`` itself, which
+    a text with a key twice never is (the decoded object has one key fewer). Only a text
+    that differs (spaces, escapes, a key twice) is parsed again key by key.
+    """
+    try:
+        if _encoder.encode(_dict_decoder.decode(data)) == data:
+            return None
+        json.loads(data, object_pairs_hook=_unique)
+    except _Duplicate as exc:
+        return exc.key
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, RecursionError):
+        return None  # not for this check to judge: decode() says what is wrong
+    return None
 
 
 def _decode_unknown(data: bytes | str, text: str) -> GenericFrame:
@@ -136,18 +191,31 @@ def stamp_parts(raw: bytes, frame: Frame | GenericFrame, sender: Sender) -> tupl
     both are appended to the original bytes. Otherwise the object is re-encoded without them.
     """
     tail = b',"sender":%s}' % _encoder.encode(sender)
-    # A key present with a null value decodes as None too: look at the bytes as well.
+    # A key present with a null value decodes as None too: look at the bytes as well, and
+    # at escapes (``"s\u0065nder": null`` is that key too, under another spelling).
     if (
         frame.seq is None
         and frame.sender is None
         and b'"seq"' not in raw
         and b'"sender"' not in raw
+        and b"\\u" not in raw
     ):
         return raw.rstrip()[:-1] + b',"seq":', tail
     obj = _dict_decoder.decode(raw)
     obj.pop("seq", None)
     obj.pop("sender", None)
     return _encoder.encode(obj)[:-1] + b',"seq":', tail
+
+
+_SEQ_KEY: Final = b',"seq":'
+
+
+def stamp_sender(raw: bytes, frame: Frame | GenericFrame, sender: Sender) -> bytes:
+    """``raw`` with no ``seq`` and the master's ``sender``: a frame inside a participant's
+    ``session.history``, which has no seq of its own (notes §15.1) and speaks for the
+    participant that sent the history, whatever stamp it brought (notes §16.8)."""
+    head, tail = stamp_parts(raw, frame, sender)
+    return head[: -len(_SEQ_KEY)] + tail
 
 
 def stamp(raw: bytes, frame: Frame | GenericFrame, seq: int, sender: Sender) -> bytes:

@@ -12,6 +12,7 @@ whether it is fatal; each handshake error knows its WebSocket close code::
     │   ├── RateLimited               rate_limited
     │   ├── StoreUnavailable          store_unavailable    (the frame could not be made durable)
     │   ├── VersionUnsupported        version_unsupported
+    │   ├── MessageIdConflict         message_id_conflict  (the id names another frame)
     │   └── StateViolation            the session state machine refused the frame (notes §6)
     │       ├── TurnStateError        turn_state
     │       ├── BlockStateError       block_state
@@ -52,6 +53,7 @@ __all__ = [
     "InteractionStateError",
     "InvalidFrame",
     "MalformedHello",
+    "MessageIdConflict",
     "NoSuchSession",
     "NotAllowed",
     "ProtocolError",
@@ -128,6 +130,13 @@ class VersionUnsupported(ProtocolError):
     """The stored session was written in a format this build cannot read."""
 
     code = "version_unsupported"
+
+
+class MessageIdConflict(ProtocolError):
+    """The frame's ``message_id`` already names another frame of the session (sent by
+    someone else, or with other content): refused, never taken for a re-send of that one."""
+
+    code = "message_id_conflict"
 
 
 class StateViolation(ProtocolError):

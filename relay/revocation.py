@@ -52,6 +52,7 @@ class CredentialWatch:
         self._hub = hub
         self._streams = streams
         self._task: asyncio.Task[None] | None = None
+        self._reported: set[str] = set()  # invalid credentials already logged
 
     def start(self) -> None:
         """Start checking (once per node)."""
@@ -93,6 +94,7 @@ class CredentialWatch:
             chunk = checked[start : start + _CONCURRENT_READS]
             valid += await asyncio.gather(*(self._still_valid(p) for _, p in chunk))
         invalid = {cid for (cid, _), ok in zip(checked, valid, strict=True) if not ok}
+        self._reported &= invalid  # what no longer rests on anything is forgotten
         if not invalid:
             return 0
         holders: dict[str, list[Callable[[], None]]] = defaultdict(list)
@@ -106,7 +108,11 @@ class CredentialWatch:
                 holders[stream.principal.credential_id].append(stream.end)
         ended = 0
         for credential_id, ending in holders.items():
-            log.info("credential_invalid", token_id=credential_id[:12], ending=len(ending))
+            if credential_id not in self._reported:
+                # Once per credential: a stream still ending is asked again every round (and
+                # cut then), which is no news for the log.
+                self._reported.add(credential_id)
+                log.info("credential_invalid", token_id=credential_id[:12], ending=len(ending))
             for end in ending:
                 end()
                 ended += 1

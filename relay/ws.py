@@ -689,7 +689,7 @@ class Connection(WSListener):
             participant.send_error(UnsupportedData("binary messages are not RAWP frames"))
             return
         try:
-            frame = codec.decode(raw)
+            frame = codec.decode_received(raw)
         except ProtocolError as exc:
             participant.send_error(exc, ref_message_id=_ref_of(raw))
             return

@@ -6,7 +6,9 @@ exist, so a session token or another workspace's key learns nothing about it (no
 
 from __future__ import annotations
 
-from typing import overload
+import asyncio
+import contextlib
+from typing import Final, overload
 
 from aiohttp import web
 
@@ -28,7 +30,10 @@ __all__ = [
     "principal_of",
     "require_act",
     "visible_header",
+    "writable_session",
 ]
+
+_ENDING_GRACE_S: Final = 5.0
 
 
 def hub_of(request: web.Request) -> Hub:
@@ -74,10 +79,32 @@ def require_act(principal: Principal, act: acts.Act) -> None:
 
 async def loaded_session(request: web.Request, header: SessionHeader) -> Session:
     """The session loaded on this node (404 when it was deleted meanwhile); an archived one
-    is read-only (notes §16.1)."""
-    session = await hub_of(request).open(header.session_id)
+    is read-only (notes §16.1).
+
+    A session that is ending right now (its ``session.deleted`` logged, its participants
+    being closed, its header not yet archived) is waited for: a request then sees it
+    archived, or gone when it was deleted — never "gone" for a moment and archived after.
+    """
+    hub = hub_of(request)
+    session = await hub.open(header.session_id)
+    if session is not None and session.terminated and not session.header.archived:
+        with contextlib.suppress(TimeoutError):
+            # The ending closes its participants within the shutdown timeout; an ending that
+            # never finishes (a store outage) must not hold the request for ever.
+            async with asyncio.timeout(hub.settings.shutdown_timeout_s + _ENDING_GRACE_S):
+                await session.ended.wait()
+        session = await hub.open(header.session_id)
     if session is None or (session.terminated and not session.header.archived):
         raise ApiError(404, f"no session {header.session_id}", code="not_found")
+    return session
+
+
+async def writable_session(request: web.Request, header: SessionHeader) -> Session:
+    """:func:`loaded_session` for a write: an archived session answers 409 ``archived``
+    (notes §16.1: every HTTP write to it is refused alike)."""
+    session = await loaded_session(request, header)
+    if session.header.archived or session.terminated:
+        raise ApiError(409, f"session {session.id} has ended: it is read-only", code="archived")
     return session
 
 

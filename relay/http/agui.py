@@ -31,33 +31,54 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from ag_ui.core import RunAgentInput
+from ag_ui.core import RunAgentInput, RunErrorEvent
 from aiohttp import web
 from pydantic import ValidationError
 
-from protocol import codec
+from protocol import codec, names
 from protocol.agui import AguiEgress, EmittedEvent, encode_sse, input_user_messages, parse_event_id
 from protocol.errors import ProtocolError
+from protocol.frames import Frame, GenericFrame
 
 from ..auth import Principal
 from ..hub import Hub
 from ..session import Session
 from ..store.base import LogEntry
-from .access import hub_of, loaded_session, principal_of, visible_header
+from .access import hub_of, principal_of, visible_header, writable_session
 from .context import SESSION_PATH, authenticate
 from .events import submit
+from .hardening import peer_gone
 from .middleware import HTTP_METRICS, ApiError
+from .models import read_body, require_json
 from .sse import STREAMS, EventStream, SessionTail, reloaded, wait_for_news
 
-__all__ = ["add_agui_routes", "agui_run", "agui_tail"]
+__all__ = [
+    "MAX_INPUT_BYTES",
+    "RUNS_PER_NODE",
+    "RUNS_PER_SESSION",
+    "RUN_START_TIMEOUT_S",
+    "add_agui_routes",
+    "agui_run",
+    "agui_tail",
+]
 
 _PAGE: Final = 500
 _USAGE_GRACE_S: Final = 5.0  # §7.5.2: usage follows turn.end at once; past this, end the run
-_MAX_BODY: Final = 4 << 20
+MAX_INPUT_BYTES: Final = 4 << 20
+"""The largest ``RunAgentInput`` taken (``@ag-ui/client`` sends the whole chat every run)."""
+RUNS_PER_SESSION: Final = 16
+"""``POST`` streams open at once for one session (each holds a connection); more: 429."""
+RUNS_PER_NODE: Final = 1024
+"""``POST`` streams open at once on this node, all sessions together; more: 429."""
+RUN_START_TIMEOUT_S: Final = 60.0
+"""How long a ``POST`` stream waits for an agent to start the run its input asked for."""
+
+_OPEN_RUNS: Final = web.AppKey("agui_open_runs", dict[str, int])
 
 
 def add_agui_routes(app: web.Application) -> None:
     """Register the two AG-UI routes."""
+    app[_OPEN_RUNS] = {}
     app.router.add_post(f"/v1/sessions/{SESSION_PATH}/ag-ui", agui_run)
     app.router.add_get(f"/v1/sessions/{SESSION_PATH}/ag-ui", agui_tail)
 
@@ -149,12 +170,16 @@ def _start_response() -> web.StreamResponse:
     )
 
 
+def _ping_interval(hub: Hub) -> float:
+    return min(15.0, hub.settings.heartbeat_interval_s)
+
+
 async def _follow(request: web.Request, stream: _Stream, session: Session) -> None:
     """Write live entries in seq order until the stream is done, ended or its client gone."""
     hub = hub_of(request)
     listener = SessionTail()
     session.listeners.add(listener)
-    interval = min(15.0, hub.settings.heartbeat_interval_s)
+    interval = _ping_interval(hub)
     try:
         await _catch_up(stream, session.id, hub)
         while not stream.done and not stream.sse.stop.is_set():
@@ -229,6 +254,12 @@ async def agui_tail(request: web.Request) -> web.StreamResponse:
     if until not in ("", "run_end"):
         raise ApiError(400, "until must be run_end", code="invalid_query")
     session = await _terminated(request, session_id)
+    if cursor is not None and cursor[0] > await hub.store.head_seq(session_id):
+        # Not an event of this log (another session of that id, or a made-up id): what it
+        # has is unknown, so the stream starts as a late joiner's does, with the snapshot
+        # that replaces the reader's messages — as a WebSocket resume past the head gets a
+        # truncated history (docs/ag-ui.md).
+        cursor = None
     response = _start_response()
     sse = EventStream(response, principal, request.app[HTTP_METRICS].sse_events, request.transport)
     stream = _Stream(session_id, response, sse, until_run_end=until == "run_end")
@@ -256,9 +287,8 @@ async def agui_run(request: web.Request) -> web.StreamResponse:
     """``POST /v1/sessions/{session_id}/ag-ui``."""
     principal = await principal_of(request)
     header = await visible_header(request, principal)
-    data = await request.content.read(_MAX_BODY + 1)
-    if len(data) > _MAX_BODY:
-        raise ApiError(413, f"the RunAgentInput is larger than {_MAX_BODY} bytes", code="too_large")
+    require_json(request)
+    data = await read_body(request, MAX_INPUT_BYTES)
     try:
         run = RunAgentInput.model_validate_json(data)
     except ValidationError as exc:
@@ -267,45 +297,123 @@ async def agui_run(request: web.Request) -> web.StreamResponse:
         raise ApiError(
             400, f"not a RunAgentInput: {where}: {first.get('msg', '')}", code="invalid_body"
         ) from None
-    session = await loaded_session(request, header)  # 404 once purged
-    if session.header.archived or session.terminated:
-        raise ApiError(409, f"session {session.id} has ended: it is read-only", code="archived")
+    session = await writable_session(request, header)
+    session_id = session.id
+    open_runs = request.app[_OPEN_RUNS]
+    if open_runs.get(session_id, 0) >= RUNS_PER_SESSION or sum(open_runs.values()) >= RUNS_PER_NODE:
+        raise ApiError(
+            429,
+            "too many AG-UI runs are open (this session, or this node): end one, or tail the "
+            "session with GET",
+            code="too_many_runs",
+        )
+    open_runs[session_id] = open_runs.get(session_id, 0) + 1  # no await since the check
+    try:
+        return await _run(request, principal, session, run)
+    finally:
+        open_runs[session_id] -= 1
+        if not open_runs[session_id]:
+            del open_runs[session_id]
+
+
+async def _run(
+    request: web.Request, principal: Principal, session: Session, run: RunAgentInput
+) -> web.StreamResponse:
+    """The run's frames committed, then its event stream."""
     hub = hub_of(request)
     session_id = session.id
     response = _start_response()
     sse = EventStream(response, principal, request.app[HTTP_METRICS].sse_events, request.transport)
     stream = _Stream(session_id, response, sse, until_run_end=True)
     cursor = session.head
+    turns_before = session.state.last_turn_index
     await _fold_to(stream, session_id, hub, cursor)
-    known = stream.egress.known_message_ids
-    submitted = 0
-    for message_id, text in input_user_messages(run, known):
-        if not 0 < len(message_id) <= 256:
-            raise ApiError(400, "a message id is longer than 256 characters", code="invalid_body")
-        if await hub.store.message_seq(session_id, message_id) is not None:
-            continue
-        await _append(session, principal, "user.message", {"text": text}, message_id)
-        submitted += 1
-    for entry in run.resume or []:
-        response_value: Any = entry.payload if entry.status == "resolved" else {"cancelled": True}
-        await _append(
-            session,
-            principal,
-            "control.interaction.response",
-            {"interaction_id": entry.interrupt_id, "response": response_value},
-            None,
-        )
-        submitted += 1
-    preamble = not submitted or (stream.egress.in_run and not run.resume)
+    # Every frame is built and checked before the first is appended: an input with one bad
+    # message appends none of them (a store failure half-way is mended by posting the same
+    # input again: the messages appended already are recognised by their ids).
+    frames = await _input_frames(session, run, stream.egress.known_message_ids)
+    for frame, raw in frames:
+        await submit(session, principal, frame, raw)
+    preamble = not frames or (stream.egress.in_run and not run.resume)
 
     async def body() -> None:
         if preamble:
             await stream.write(stream.egress.connect(f"snapshot-{cursor}", cursor))
             if not stream.egress.in_run:
                 return
+        elif not await _run_started(stream, session, turns_before, _ping_interval(hub)):
+            # Nobody answers (the agent is away): the input stays in the session; a run that
+            # held its connection open for ever would let idle runs pile up.
+            await stream.write([_agent_absent()])
+            return
         await _follow(request, stream, session)
 
     return await _serve(request, stream, body)
+
+
+async def _input_frames(
+    session: Session, run: RunAgentInput, known: set[str]
+) -> list[tuple[Frame | GenericFrame, bytes]]:
+    """The frames the input makes, each checked; nothing is appended here (400 / 409)."""
+    frames: list[tuple[Frame | GenericFrame, bytes]] = []
+    seen: set[str] = set()
+    for message_id, text in input_user_messages(run, known):
+        if not 0 < len(message_id) <= 256:
+            raise ApiError(
+                400, "a message id must be 1 to 256 characters long", code="invalid_body"
+            )
+        if message_id in seen:
+            continue
+        seen.add(message_id)
+        if await session.store.message_seq(session.id, message_id) is not None:
+            continue
+        frames.append(_frame(session.id, "user.message", {"text": text}, message_id))
+    answered: set[str] = set()
+    for entry in run.resume or []:
+        iid = entry.interrupt_id
+        if iid not in session.state.pending_interactions or iid in answered:
+            raise ApiError(
+                409,
+                f"interaction {names.one_line(iid[:80])!r} is not pending (unknown or answered)",
+                code="interaction_state",
+            )
+        answered.add(iid)
+        response_value: Any = entry.payload if entry.status == "resolved" else {"cancelled": True}
+        payload = {"interaction_id": iid, "response": response_value}
+        frames.append(_frame(session.id, "control.interaction.response", payload, None))
+    return frames
+
+
+async def _run_started(stream: _Stream, session: Session, turns_before: int, ping: float) -> bool:
+    """Wait (at most :data:`RUN_START_TIMEOUT_S`) until a turn is open or one started since
+    the input was taken, writing only pings meanwhile; False when no agent started it in time."""
+    listener = SessionTail()
+    session.listeners.add(listener)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + RUN_START_TIMEOUT_S
+    try:
+        while not stream.sse.stop.is_set() and not session.ended.is_set():
+            listener.wake.clear()
+            listener.entries.clear()
+            state = session.state
+            if state.turn_id is not None or state.last_turn_index > turns_before:
+                return True
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            if not await wait_for_news(listener.wake, stream.sse.stop, session, min(left, ping)):
+                await stream.response.write(b": ping\n\n")
+        return True  # stopped or ended: the follow loop writes what there is and ends
+    finally:
+        session.listeners.discard(listener)
+
+
+def _agent_absent() -> EmittedEvent:
+    message = (
+        f"no agent started a run within {RUN_START_TIMEOUT_S:g} s; the input is in the "
+        "session: tail it with GET to see the run when its agent comes"
+    )
+    return EmittedEvent(RunErrorEvent(message=message, code="agent_absent"), None, run_end=True)
 
 
 async def _serve(
@@ -320,28 +428,26 @@ async def _serve(
     metrics.streams.inc()
     try:
         await body()
-    except (ConnectionResetError, asyncio.CancelledError):
+    except ConnectionError as exc:  # the reader reset or dropped its connection: its doing
+        peer_gone(request, exc)
+    except asyncio.CancelledError:
         pass
     finally:
         streams.discard(stream.sse)
         metrics.streams.dec()
-    with contextlib.suppress(ConnectionResetError):
+    with contextlib.suppress(ConnectionError):
         await response.write_eof()
     return response
 
 
-async def _append(
-    session: Session,
-    principal: Principal,
-    frame_type: str,
-    payload: dict[str, Any],
-    message_id: str | None,
-) -> None:
-    """Commit one edge frame through the session's own path (refusals answer problem+json)."""
+def _frame(
+    session_id: str, frame_type: str, payload: dict[str, Any], message_id: str | None
+) -> tuple[Frame | GenericFrame, bytes]:
+    """One edge frame, built and decoded as the WebSocket would (400 when it does not)."""
     envelope = {
         "type": frame_type,
         "message_id": message_id or codec.new_message_id(),
-        "session_id": session.id,
+        "session_id": session_id,
         "timestamp": codec.format_time(codec.now()),
         "payload": payload,
     }
@@ -350,4 +456,4 @@ async def _append(
         frame = codec.decode(raw)
     except ProtocolError as exc:
         raise ApiError(400, exc.message, code=exc.code) from None
-    await submit(session, principal, frame, raw)
+    return frame, raw

@@ -8,8 +8,9 @@
   (:meth:`relay.session.Session.submit_now`) as an edge participant with no socket: the
   state machine validates it, the log dedupes it by ``message_id``, and it is relayed to
   every attached participant. 201 with its seq; a repeated ``message_id`` answers 200 with
-  the seq it already has (``duplicate: true``); a refusal answers problem+json with the
-  ``session.error`` code it would have had on the WebSocket.
+  the seq it already has (``duplicate: true``) when it is the same frame (an edge's, same
+  type and payload), 409 ``message_id_conflict`` when another frame holds it; a refusal
+  answers problem+json with the ``session.error`` code it would have had on the WebSocket.
 * ``POST /v1/sessions/{id}/cancel`` — a ``control.cancel`` for the open turn (409
   ``not_running`` when no turn is open and none is named).
 """
@@ -33,15 +34,15 @@ from protocol.errors import (
 from protocol.frames import Frame, GenericFrame
 
 from ..auth import Principal
-from ..session import Participant, Session
+from ..session import Participant, Session, same_frame
 from ..store.base import ParticipantRecord
 from .access import (
     hub_of,
     int_query,
-    loaded_session,
     principal_of,
     require_act,
     visible_header,
+    writable_session,
 )
 from .fencing import fenced_write
 from .middleware import ApiError
@@ -110,6 +111,16 @@ async def submit(
     store = session.store
     seq = await store.message_seq(session.id, frame.message_id)
     duplicate = seq is not None
+    if seq is not None:
+        held = await store.read(session.id, after_seq=seq - 1, limit=1)
+        if held and not same_frame(held[0], "edge", frame, raw):
+            # Another frame holds that id: refused, never answered as this one's duplicate.
+            raise ApiError(
+                409,
+                f"message_id {frame.message_id} already names another frame of this session "
+                f"(seq {seq}); send this one with a fresh id",
+                code="message_id_conflict",
+            )
     if seq is None:
         participant = HttpParticipant(session, principal)
         session.metrics.frames_in.inc()
@@ -181,9 +192,7 @@ async def append_event(request: web.Request) -> web.Response:
     act = acts.act_of(body.type)
     if act is not None:
         require_act(principal, act)
-    session = await loaded_session(request, header)
-    if session.header.archived:
-        raise ApiError(409, f"session {session.id} has ended: it is read-only", code="archived")
+    session = await writable_session(request, header)
     frame, raw = _frame_from(session.id, body)
     return await submit(session, principal, frame, raw)
 
@@ -194,7 +203,7 @@ async def cancel_turn(request: web.Request) -> web.Response:
     header = await visible_header(request, principal)
     body = await decode_body(request, CancelBody, optional=True)
     require_act(principal, "cancel_turn")
-    session = await loaded_session(request, header)
+    session = await writable_session(request, header)
     turn_id = body.turn_id or session.state.turn_id
     if turn_id is None:
         raise ApiError(409, "no turn is running in this session", code="not_running")

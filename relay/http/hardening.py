@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Final
 
+import structlog
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
@@ -34,9 +35,13 @@ __all__ = [
     "HardenedRunner",
     "ProblemRequestHandler",
     "hide_server_version",
+    "peer_gone",
 ]
 
+log = structlog.get_logger("rawp.http")
+
 SERVER_HEADER: Final = "rawp"
+_PEER_GONE: Final = 499  # the access log's status of an answer whose client left first
 IDLE_KEEPALIVE_S: Final = 30.0
 
 
@@ -90,18 +95,26 @@ class ProblemRequestHandler(RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
-        """The parser's 4xx (and any unexpected 500) as problem+json; the connection closes."""
-        if status >= 500:
+        """The parser's 4xx (and any unexpected 500) as problem+json; the connection closes.
+
+        A peer that reset or dropped its connection under a handler is the peer's doing, not
+        the master's: logged at info, without a traceback (nothing can be answered to it).
+        """
+        if isinstance(exc, ConnectionError):
+            peer_gone(request, exc)
+            # Never reaches the client, which left: for the access log and the metrics.
+            response = problem(_PEER_GONE, "the client closed the connection", code="client_gone")
+        elif status >= 500:
             # Logged once, by aiohttp's own handler (which also checks nothing was sent yet).
             super().handle_error(request, status, exc, message)
-            detail = "the master could not answer this request"
+            response = problem(status, "the master could not answer this request", code="internal")
         else:
             self.log_debug("refused a malformed request: %s", message)
             detail = "malformed HTTP request"
             if message:
                 # aiohttp's parser messages echo received bytes: one line, cut short.
                 detail += ": " + names.one_line(message.splitlines()[0][:200])
-        response = problem(status, detail, code="bad_request" if status < 500 else "internal")
+            response = problem(status, detail, code="bad_request")
         response.headers["Server"] = SERVER_HEADER
         response.force_close()
         return response
@@ -136,6 +149,11 @@ class HardenedRunner(web.AppRunner):
         assert isinstance(server, _Server)
         server.header_timeout_s = self._header_timeout_s
         return server
+
+
+def peer_gone(request: BaseRequest, exc: BaseException) -> None:
+    """Log (info, no traceback) a client that reset or dropped its connection mid-answer."""
+    log.info("http_client_gone", path=names.one_line(request.path[:200]), error=type(exc).__name__)
 
 
 async def hide_server_version(request: web.Request, response: web.StreamResponse) -> None:

@@ -14,12 +14,13 @@ from typing import Annotated, Any, Final, Literal, TypeVar
 import msgspec
 from aiohttp import web
 
-from protocol import codec, frames
+from protocol import codec, frames, names
 
 from .context import HUB
 from .middleware import ApiError
 
 __all__ = [
+    "JSON_BODY_LIMIT",
     "AppendBody",
     "CancelBody",
     "CreateBody",
@@ -34,7 +35,12 @@ __all__ = [
     "decode_body",
     "json_response",
     "ms_to_time",
+    "read_body",
+    "require_json",
 ]
+
+JSON_BODY_LIMIT: Final = 1 << 20
+"""The largest JSON body of the REST routes (aiohttp's own default, kept explicit)."""
 
 SessionId = frames.SessionId  # the grammar of every store and transport (notes §16.7)
 Name = Annotated[str, msgspec.Meta(max_length=200)]
@@ -163,17 +169,52 @@ class WhoAmI(msgspec.Struct, kw_only=True):
 _decoders: Final[dict[type[Any], msgspec.json.Decoder[Any]]] = {}
 
 
+def require_json(request: web.Request) -> None:
+    """415 ``unsupported_media_type`` unless the body is declared JSON (``application/json``
+    or a ``+json`` type): a form or ``text/plain`` post is never taken for one."""
+    kind = request.content_type  # lower-cased, without parameters
+    if kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json")):
+        return
+    shown = names.one_line(request.headers.get("Content-Type", "")[:80]) or "none"
+    raise ApiError(
+        415,
+        f"the body must be application/json (Content-Type: {shown})",
+        code="unsupported_media_type",
+    )
+
+
+async def read_body(request: web.Request, limit: int = JSON_BODY_LIMIT) -> bytes:
+    """The whole request body, at most ``limit`` bytes: 413 ``too_large`` past it, 408
+    ``timeout`` when it does not arrive within the body deadline.
+
+    Read to its end, whatever the chunks it arrives in (a read of the stream answers what
+    has arrived so far, not the body), and refused by its declared length before any of it
+    is read.
+    """
+    declared = request.content_length
+    if declared is not None and declared > limit:
+        raise ApiError(413, f"the body is larger than {limit} bytes", code="too_large")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        # A body that trickles in is cut like unfinished headers (relay/http/hardening.py).
+        async with asyncio.timeout(_body_timeout(request)):
+            while chunk := await request.content.read(64 << 10):
+                size += len(chunk)
+                if size > limit:
+                    raise ApiError(413, f"the body is larger than {limit} bytes", code="too_large")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ApiError(408, "the request body did not arrive in time", code="timeout") from None
+    return b"".join(chunks)
+
+
 async def decode_body(request: web.Request, kind: type[_T], *, optional: bool = False) -> _T:
     """Decode the JSON body as ``kind``; raises an HTTP 400 problem when it does not fit.
 
     With ``optional``, an empty body decodes as ``kind()``.
     """
-    try:
-        # A body that trickles in is cut like unfinished headers (relay/http/hardening.py).
-        async with asyncio.timeout(_body_timeout(request)):
-            data = await request.read()
-    except TimeoutError:
-        raise ApiError(408, "the request body did not arrive in time", code="timeout") from None
+    data = await read_body(request)
     if optional and not data.strip():
         return kind()
     decoder = _decoders.get(kind)

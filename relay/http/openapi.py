@@ -350,7 +350,7 @@ OPERATIONS: Final[dict[tuple[str, str], Operation]] = {
         foreign_body=_run_agent_input_schema,
         body_required=True,
         tags=("ag-ui",),
-        problems=("400", "401", "404", "409", "413"),
+        problems=("400", "401", "404", "409", "413", "415", "429"),
     ),
     ("GET", "/v1/sessions/{session_id}/ag-ui"): Operation(
         "the session as AG-UI events: a MESSAGES_SNAPSHOT folded from the log, then live",

@@ -30,6 +30,7 @@ _STATUS_TITLES = {
     409: "Conflict",
     410: "Gone",
     413: "Payload Too Large",
+    415: "Unsupported Media Type",
     422: "Unprocessable Content",
     429: "Too Many Requests",
     500: "Internal Server Error",
@@ -45,6 +46,7 @@ _STATUS_CODES = {
     405: "method_not_allowed",
     408: "timeout",
     413: "too_large",
+    415: "unsupported_media_type",
 }
 
 

@@ -37,6 +37,7 @@ from .access import (
     principal_of,
     require_act,
     visible_header,
+    writable_session,
 )
 from .fencing import fenced_write
 from .middleware import HTTP_METRICS, ApiError
@@ -233,9 +234,7 @@ async def rename_session(request: web.Request) -> web.Response:
     header = await visible_header(request, principal)
     body = await decode_body(request, RenameBody)
     require_act(principal, "rename")
-    session = await loaded_session(request, header)
-    if session.header.archived:
-        raise ApiError(409, f"session {session.id} has ended: it is read-only", code="archived")
+    session = await writable_session(request, header)
     async with (
         fenced_write(hub.cluster, session.id),
         session.lock,

@@ -12,7 +12,8 @@ entry, in seq order) *before* it reads the backlog from the store, then writes e
 once, in order — an entry is written only when it is exactly ``last + 1``; anything the
 listener skipped (a gap, or its queue overflowed for a slow reader) is read from the store.
 Retention can have trimmed the log under a cursor: the stream then says so with a
-``stream.gap`` event (no id) naming the seqs that are gone.
+``stream.gap`` event (no id) naming the seqs that are gone. A cursor past the head is not
+from this log: a ``stream.reset`` event (no id) says so and the stream goes on from the head.
 
 Browsers' ``EventSource`` cannot send ``Authorization``; it may pass the credential as
 ``?access_token=`` instead (only on this route; prefer a session token there).
@@ -38,6 +39,7 @@ from ..session import Session
 from ..store.base import LogEntry
 from .access import hub_of, int_query, loaded_session, visible_header
 from .context import authenticate
+from .hardening import peer_gone
 from .middleware import HTTP_METRICS, ApiError
 
 __all__ = [
@@ -101,8 +103,12 @@ class EventStream:
         credential watch asks every round, relay/revocation.py) is stuck writing to a reader
         that stopped reading, so its connection is closed under it (§16.9).
         """
-        if self.stop.is_set() and isinstance(self._transport, asyncio.WriteTransport):
-            self._transport.abort()  # close() would wait to flush what the reader never takes
+        if self.stop.is_set() and self._transport is not None:
+            # Not an isinstance check: uvloop's transports are no asyncio.WriteTransport, yet
+            # abort the same. close() would wait to flush what the reader never takes.
+            abort = getattr(self._transport, "abort", None)
+            if abort is not None:
+                abort()
         self.stop.set()
 
 
@@ -188,6 +194,14 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
     interval = min(15.0, hub.settings.heartbeat_interval_s)
     try:
         await response.write(b"retry: %d\n\n" % _RETRY_MS)
+        head = await session.store.head_seq(session.id)
+        if stream.last > head:
+            # The cursor is not in this log (another session of that id, or a made-up id):
+            # say so and go on from the head, as a WebSocket resume past the head gets a
+            # truncated history — never wait, silent, for seqs this log will not reach.
+            reset = {"reason": "cursor_ahead", "last_event_id": stream.last, "head_seq": head}
+            await response.write(b"event: stream.reset\ndata: %s\n\n" % codec.encode_json(reset))
+            stream.last = head
         await _catch_up(stream, session)
         while not stream.done and not stream.stop.is_set():
             tail.wake.clear()
@@ -221,13 +235,15 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
                 session = current
                 session.listeners.add(tail)
                 await _catch_up(stream, session)
-    except (ConnectionResetError, asyncio.CancelledError):
+    except ConnectionError as exc:  # the reader reset or dropped its connection: its doing
+        peer_gone(request, exc)
+    except asyncio.CancelledError:
         pass
     finally:
         session.listeners.discard(tail)
         streams.discard(stream)
         metrics.streams.dec()
-    with contextlib.suppress(ConnectionResetError):
+    with contextlib.suppress(ConnectionError):
         await response.write_eof()
     return response
 

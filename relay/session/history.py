@@ -20,7 +20,7 @@ from protocol.state import Effect, effect_of
 from ..store.base import NewEntry
 from .core import Hooks, SessionCore
 from .participant import Participant
-from .pipeline import CommitPipeline, Pending
+from .pipeline import CommitPipeline, Pending, same_frame
 
 __all__ = ["ClientHistory"]
 
@@ -37,10 +37,10 @@ class ClientHistory:
         """Check, plan, log and deliver ``frame``; its effects follow its delivery."""
         core = self.core
         frames: list[Frame | GenericFrame] = []
-        raw_of: dict[int, bytes] = {}  # the history's own bytes travel untouched
+        raw_of: dict[int, bytes] = {}  # each frame's own bytes, only seq and sender replaced
         for raw in frame.payload.frames:
             try:
-                inner = codec.decode(raw)
+                inner = codec.decode_received(bytes(raw))
             except ProtocolError as exc:
                 participant.send_error(exc)
                 continue
@@ -61,6 +61,10 @@ class ClientHistory:
                 self.pipeline.refuse(participant, frame.message_id, exc)
                 return
             if logged:
+                held = await self.pipeline.holder(inner.message_id)
+                if held is not None and not same_frame(held, participant.role, inner, bytes(raw)):
+                    # Another frame holds that id: refused, not dropped as logged already.
+                    self.pipeline.conflict(participant, inner, held)
                 continue  # already logged live: logged once (notes §7)
             # [trust] a history's frames are acts like live ones: what the credential may
             # not do is neither logged nor relayed (every view would fold it, §16.6).
@@ -76,7 +80,9 @@ class ClientHistory:
                 )
                 continue
             frames.append(inner)
-            raw_of[id(inner)] = bytes(raw)
+            # Stripped and stamped like a live frame: a seq or a master's sender brought in a
+            # history would reach the edges and the log as the master's word (notes §16.8).
+            raw_of[id(inner)] = codec.stamp_sender(bytes(raw), inner, participant.sender)
         try:
             plan = plan_history(core.state, frames, frame.payload.buffer_status, participant.role)
         except ProtocolError as exc:

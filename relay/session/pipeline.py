@@ -28,6 +28,7 @@ from protocol import acts, codec
 from protocol.errors import (
     FormatVersionError,
     InvalidFrame,
+    MessageIdConflict,
     NotAllowed,
     ProtocolError,
     SessionMissing,
@@ -45,7 +46,15 @@ from .core import Hooks, SessionCore
 from .effects import Effects
 from .participant import Participant
 
-__all__ = ["CommitPipeline", "Decoded", "Pending", "decode_log", "rebuild_state", "state_of"]
+__all__ = [
+    "CommitPipeline",
+    "Decoded",
+    "Pending",
+    "decode_log",
+    "rebuild_state",
+    "same_frame",
+    "state_of",
+]
 
 log = structlog.get_logger("rawp.session")
 
@@ -65,6 +74,23 @@ Queued = tuple[Participant, Frame | GenericFrame, bytes]
 
 
 Decoded = tuple[Frame | GenericFrame, SenderRole]
+
+
+def same_frame(held: LogEntry, role: str, frame: Frame | GenericFrame, raw: bytes) -> bool:
+    """Is ``frame`` (sent by ``role`` as ``raw``) the frame logged as ``held`` — a re-send,
+    logged once — rather than another frame under the same id (notes §7: an id names one
+    frame)? Same role, type and payload; the timestamp may differ (an HTTP append sent
+    again is built anew). A history sent again is the same one (its entry is trimmed)."""
+    if held.sender_role != role or held.type != frame.type:
+        return False
+    if isinstance(frame, History):
+        return True
+    try:
+        logged = codec.decode_object(held.data)
+        sent = codec.decode_object(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return False
+    return bool(logged.get("payload") == sent.get("payload"))
 
 
 def decode_log(entries: Sequence[LogEntry]) -> list[Decoded]:
@@ -287,8 +313,21 @@ class CommitPipeline:
                 return
             if participant.refused_from == frame.message_id:
                 participant.refused_from = None  # sent again (maybe logged after all)
-            if participant.fenced or core.seen(frame.message_id) or frame.message_id in folded:
-                continue  # fenced generation, or a duplicate: logged once (notes §7)
+            if participant.fenced:
+                continue  # a fenced generation
+            if core.seen(frame.message_id) or frame.message_id in folded:
+                if frame.message_id in folded:
+                    # The frame holding this id is on its way into the log: settle it first.
+                    await self.flush(pending)
+                    pending = []
+                    if core.terminated:
+                        return
+                held = await self.holder(frame.message_id)
+                if held is not None:
+                    if not same_frame(held, participant.role, frame, raw):
+                        self.conflict(participant, frame, held)
+                    continue  # a re-send: logged once (notes §7)
+                # not in the log after all (its append was refused): judged like any frame
             if participant.refused_from is not None and not self._resends(participant, frame):
                 continue
             effect = effect_of(frame, participant.role)
@@ -316,9 +355,12 @@ class CommitPipeline:
                 judge = check if effect is Effect.END_REQUESTED else fold
                 warnings = judge(core.state, frame, participant.role)
             except ProtocolError as exc:
-                if not await self._logged(frame.message_id):
+                held = await self.holder(frame.message_id)
+                if held is None:
                     participant.send_error(exc, ref_message_id=frame.message_id)
-                continue
+                elif not same_frame(held, participant.role, frame, raw):
+                    self.conflict(participant, frame, held)
+                continue  # else a re-send of a logged frame the state now refuses
             for warning in warnings:
                 participant.send_error(warning)
             if effect is Effect.END_REQUESTED:
@@ -380,13 +422,31 @@ class CommitPipeline:
         )
         return False
 
-    async def _logged(self, message_id: str) -> bool:
-        """Is the frame in the log already (a re-sent frame whose reply the store lost, or a
-        session loaded since)? Then the state refused it for being there: a duplicate."""
+    async def holder(self, message_id: str) -> LogEntry | None:
+        """The logged entry whose id is ``message_id`` (a re-sent frame whose reply the store
+        lost, a session loaded since, or another sender's frame); None when there is none or
+        the store cannot tell now (the append's own dedupe then judges it)."""
+        core = self.core
         try:
-            return await self.core.store.message_seq(self.core.id, message_id) is not None
+            seq = await core.store.message_seq(core.id, message_id)
+            if seq is None:
+                return None
+            entries = await core.store.read(core.id, after_seq=seq - 1, limit=1)
         except StoreError:
-            return False
+            return None
+        return entries[0] if entries and entries[0].message_id == message_id else None
+
+    @staticmethod
+    def conflict(participant: Participant, frame: Frame | GenericFrame, held: LogEntry) -> None:
+        """Refuse a frame whose id another frame holds: never dropped as a re-send (its sender
+        would count it committed), never logged (one id names one frame)."""
+        participant.send_error(
+            MessageIdConflict(
+                f"message_id {frame.message_id} already names another frame of this session "
+                f"(seq {held.seq}); send this one with a fresh id"
+            ),
+            ref_message_id=frame.message_id,
+        )
 
     # --- appending and settling -------------------------------------------------------------
 
@@ -455,13 +515,23 @@ class CommitPipeline:
         # [multinode] another node appended first: its entries go out before ours, then refold
         rebuild = await core.coordinator.before_delivery(core, results)
         delivered: list[Pending] = []
+        duplicates: list[Pending] = []
         for p, result in zip(pending, results, strict=True):
             if result.duplicate:
                 rebuild = True  # folded speculatively but already in the log
+                duplicates.append(p)
                 continue
             core.committed(p.entry.committed(result.seq), p.participant)
             delivered.append(p)
         core.count_delivered()
+        for p in duplicates:
+            # Already logged: a re-send, or another frame holding its id (then refused).
+            if p.participant is None:
+                continue
+            held = await self.holder(p.entry.message_id)
+            raw = p.entry.head + b"0" + p.entry.tail
+            if held is not None and not same_frame(held, p.participant.role, p.frame, raw):
+                self.conflict(p.participant, p.frame, held)
         # The whole batch is delivered before any effect is applied: an effect whose store
         # write fails never holds back the entries committed with it.
         for p in delivered:

@@ -164,3 +164,54 @@ def test_archive_retention_takes_durations(text: str, seconds: float) -> None:
 
     assert parse_duration(text) == seconds
     assert Settings().archive_retention_s == 30 * 86400.0
+
+
+async def test_writes_to_an_archived_session_answer_409_archived(master: Master) -> None:
+    """Cancel (with or without a turn), append and rename on an archive: 409 ``archived``."""
+    sid = "s-archive-writes"
+    client, (edge,) = await new_session(master, sid)
+    turn = new_turn_id()
+    await client.send("session.turn.start", {"turn_id": turn, "turn_index": 0})
+    await client.send(
+        "session.error", {"error_code": "agent_crashed", "message": "x", "fatal": True}
+    )
+    await edge.recv_until(lambda f: f["type"] == "session.deleted", timeout=10.0)
+    await wait_until(lambda: _archived(master, sid))
+    path = f"/v1/sessions/{sid}"
+    assert await send_json(master, "POST", f"{path}/cancel", {}) == (409, "archived")
+    assert await send_json(master, "POST", f"{path}/cancel", {"turn_id": turn}) == (409, "archived")
+    appended = {"type": "control.cancel", "payload": {"turn_id": turn}}
+    assert await send_json(master, "POST", f"{path}/events", appended) == (409, "archived")
+    assert await send_json(master, "PATCH", path, {"name": "again"}) == (409, "archived")
+
+
+async def _archived(master: Master, session_id: str) -> bool:
+    header = await master.store.get_session(session_id)
+    return header is not None and header.archived
+
+
+async def test_a_session_being_archived_is_never_404(master: Master) -> None:
+    """GETs racing the end of a session see it live or archived, never 404 in between."""
+    sid = "s-archive-race"
+    client, edges = await new_session(master, sid, edges=3)
+    statuses: list[int] = []
+    stop = asyncio.Event()
+
+    async def poll() -> None:
+        while not stop.is_set():
+            status, _ = await http(master, "GET", f"/v1/sessions/{sid}")
+            statuses.append(status)
+
+    pollers = [asyncio.create_task(poll()) for _ in range(4)]
+    await asyncio.sleep(0.05)
+    await client.send(
+        "session.error", {"error_code": "agent_crashed", "message": "x", "fatal": True}
+    )
+    await wait_until(lambda: _archived(master, sid))
+    await asyncio.sleep(0.05)
+    stop.set()
+    await asyncio.gather(*pollers)
+    assert statuses
+    assert set(statuses) == {200}, sorted(set(statuses))
+    for edge in edges:
+        await edge.close()

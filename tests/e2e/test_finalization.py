@@ -201,7 +201,9 @@ async def test_history_unfinalizes_and_the_turn_continues(master: Master) -> Non
         assert got["message_id"] == sent["message_id"]
         assert got["seq"] == head_before + 1
         assert got["sender"] == {"role": "client", "participant_id": client.participant_id}
-        assert got["payload"]["frames"] == offline  # duplicate removed, the rest untouched
+        # Duplicate removed, the rest untouched but for the sender, stamped as on live frames.
+        stamp = {"role": "client", "participant_id": client.participant_id}
+        assert got["payload"]["frames"] == [{**f, "sender": stamp} for f in offline]
         assert got["payload"]["buffer_status"] == sent["payload"]["buffer_status"]
     log = await logged(master, sid)
     assert [f["type"] for f in log].count("session.history") == 1
@@ -239,7 +241,8 @@ async def test_history_sent_again_is_not_logged_twice(master: Master) -> None:
     offline = [envelope(sid, "agent.text.delta", {"block_id": "b1", "delta": "lo"})]
     await back.send("session.history", history(sid, offline))
     first = await next_frame(edges[0])
-    assert first["payload"]["frames"] == offline
+    stamp = {"role": "client", "participant_id": client.participant_id}
+    assert first["payload"]["frames"] == [{**f, "sender": stamp} for f in offline]
     # The client library resends the same frames in another history (same message ids).
     await back.send("session.history", history(sid, offline))
     second = await next_frame(edges[0])
@@ -268,7 +271,8 @@ async def test_truncated_history_is_kept_but_not_folded(master: Master) -> None:
     for edge in edges:
         got = await edge.recv()
         assert got["message_id"] == sent["message_id"]
-        assert got["payload"]["frames"] == offline
+        stamp = {"role": "client", "participant_id": client.participant_id}
+        assert got["payload"]["frames"] == [{**f, "sender": stamp} for f in offline]
         assert got["payload"]["buffer_status"]["truncated"] is True
         notice = await edge.recv()
         assert notice["type"] == "session.error"

@@ -364,6 +364,40 @@ async def test_tail_resumes_from_any_event_id_exactly(master: Master) -> None:
             assert _ids_and_types(body) == run[cut + 1 :], last_id
 
 
+@pytest.mark.parametrize("last_id", ["500", "500.2"])
+async def test_a_cursor_past_the_head_gets_the_snapshot_then_the_next_run(
+    master: Master, last_id: str
+) -> None:
+    """Last-Event-ID past the log's head: a late joiner's snapshot run, then the next turn."""
+    async with rawp_agent(master, "agui-ahead", _answer) as client:
+        edge = RawpClient(master.ws_url, "agui-ahead", role="edge", token=API_KEY)
+        await edge.connect()
+        await edge.user_message("hi")
+        async with asyncio.timeout(20):
+            while client.view.state.turns_completed < 1:
+                await asyncio.sleep(0.02)
+        url = f"{master.http_url}/v1/sessions/agui-ahead/ag-ui"
+        headers = {"Authorization": f"Bearer {API_KEY}", "Last-Event-ID": last_id}
+        async with aiohttp.ClientSession() as http, http.get(url, headers=headers) as response:
+            assert response.status == 200
+            seen: list[str] = []
+            asked = False
+            async with asyncio.timeout(20):
+                async for line in response.content:
+                    if not line.startswith(b"data: "):
+                        continue
+                    seen.append(json.loads(line[6:])["type"])
+                    if seen[-1] == "RUN_FINISHED" and not asked:
+                        asked = True
+                        await edge.user_message("again")
+                    elif seen[-1] == "RUN_FINISHED":
+                        break
+        assert seen[:3] == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
+        assert seen[3] == "RUN_STARTED"
+        assert "TEXT_MESSAGE_CONTENT" in seen[3:]
+        await edge.close()
+
+
 async def _logged(master: Master, session_id: str, wanted: Callable[[Any], Any]) -> None:
     """Wait (bounded) until the session's log holds a frame ``wanted`` accepts."""
     async with asyncio.timeout(20):

@@ -3,7 +3,8 @@
 // Usage: node harness.mjs SCENARIO.json   (prints one JSON report on stdout)
 // SCENARIO: { url, token, steps: [ {kind: "run", text, id, dropAfter?}
 //                                  | {kind: "resume", interruptId, payload}
-//                                  | {kind: "connect", follow?} ] }
+//                                  | {kind: "connect", follow?}
+//                                  | {kind: "history", count, size} ] }
 // Every event the client receives goes through its own pipeline (enforceEvents, verifyEvents,
 // defaultApplyEvents); a rule broken rejects runAgent and is reported in `errors`.
 // `dropAfter: N` cuts the POST's SSE connection after N events and resumes it with a GET
@@ -129,6 +130,14 @@ for (const step of scenario.steps) {
       const tail = new TailingAgent({ url: scenario.url, headers: auth }, Boolean(step.follow));
       await tail.connectAgent({}, recorder(run));
       run.messages = tail.messages;
+      continue;
+    }
+    if (step.kind === "history") {
+      // A long chat held by the frontend: `count` earlier assistant messages of `size`
+      // characters, all sent again with the next run (as HttpAgent does).
+      for (let i = 0; i < step.count; i++) {
+        agent.addMessage({ id: `h-${i}`, role: "assistant", content: "x".repeat(step.size) });
+      }
       continue;
     }
     if (step.kind === "run") {

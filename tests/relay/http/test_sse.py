@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import socket
+import struct
 from typing import Any
 from urllib.parse import urlsplit
+
+import pytest
+import structlog
 
 from relay.server import Master
 from tests.e2e.conftest import API_KEY
@@ -272,3 +278,75 @@ async def test_the_agui_tail_follows_a_session_reloaded_after_a_store_failure_at
         assert event is not None
         types.append(json.loads(event["data"])["type"])
     await stream.close()
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/sessions/s-reset/events/stream?after_seq=0", "/v1/sessions/s-reset/ag-ui"]
+)
+async def test_a_reader_that_resets_its_stream_is_logged_at_info(
+    api: Api, master: Master, caplog: pytest.LogCaptureFixture, path: str
+) -> None:
+    """A reader resetting mid-stream (a full window, RST) ends it: no error, no traceback."""
+    client = await Peer.open(master.ws_url, "s-reset", token=API_KEY, create=True)
+    await client.send("session.turn.start", {"turn_id": new_turn_id(), "turn_index": 0})
+    url = urlsplit(master.http_url)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window fills fast
+    sock.connect((url.hostname, url.port))
+    sock.sendall(
+        f"GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {API_KEY}\r\n\r\n".encode()
+    )
+    caplog.set_level(logging.INFO)
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(100):  # ~6 MB the reader never takes: the stream waits on its window
+            await client.send("agent.text.delta", {"block_id": "b", "delta": "x" * 60_000})
+        await wait_head(api, "s-reset", 101)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()  # RST
+        await client.send("agent.text.delta", {"block_id": "b", "delta": "more"})
+        async with asyncio.timeout(10):
+            while await _open_streams(api):
+                await asyncio.sleep(0.02)
+    errors = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert errors == [], [r.getMessage() for r in errors]
+    gone = [e for e in logs if e["event"] == "http_client_gone"]
+    assert [e["log_level"] for e in gone] == ["info"]
+    await client.close()
+
+
+async def _open_streams(api: Api) -> float:
+    """``rawp_sse_streams`` of the master's /metrics."""
+    text = (await api.get("/metrics")).text
+    return sum(
+        float(line.split()[1]) for line in text.splitlines() if line.startswith("rawp_sse_streams ")
+    )
+
+
+@pytest.mark.parametrize("cursor", [{"Last-Event-ID": "500"}, {"after_seq": "500"}])
+async def test_a_cursor_past_the_head_is_reset_to_it_and_the_next_turn_arrives(
+    api: Api, master: Master, cursor: dict[str, str]
+) -> None:
+    """A cursor of 500 on a 6-entry log: ``stream.reset`` names it, then live events come."""
+    client = await streamed_session(api, master, "s-ahead", 4)
+    path, headers = "/v1/sessions/s-ahead/events/stream", auth()
+    if "after_seq" in cursor:
+        path += "?after_seq=" + cursor["after_seq"]
+    else:
+        headers.update(cursor)
+    stream = await RawStream.open(master, path, headers)
+    assert stream.status == 200
+    reset = await stream.next_event()
+    assert reset is not None
+    assert reset["event"] == "stream.reset"
+    assert "id" not in reset
+    assert json.loads(reset["data"]) == {
+        "reason": "cursor_ahead",
+        "last_event_id": 500,
+        "head_seq": 6,
+    }
+    await client.send("agent.text.delta", {"block_id": "b", "delta": "next"})
+    live = await stream.next_event()
+    assert live is not None
+    assert (live["id"], live["event"]) == ("7", "agent.text.delta")
+    await stream.close()
+    await client.close()
