@@ -13,16 +13,17 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 
-from protocol import codec, names
+from protocol import acts, codec, names
 from protocol.errors import (
     CloseCode,
     Forbidden,
     FormatVersionError,
     NoSuchSession,
+    NotAllowed,
     SessionGone,
     StoreError,
     StoreUnavailableError,
@@ -100,6 +101,8 @@ class Hub:
         self.settings = settings
         self.store = store
         self.auth = Authenticator(store)
+        self.development_key: str | None = None
+        """The store's development key when no key was given (printed at each start)."""
         self.held_credentials = HeldCredentials()  # what the credential watch checks
         self.metrics = Metrics()
         self.master_sender = Sender(role="master", participant_id=settings.node_id)
@@ -207,10 +210,14 @@ class Hub:
 
     async def start(self) -> None:
         """Start the store and the deadline loop."""
-        await self.store.start()
+        given = []
         for key in self.settings.api_keys:
             workspace, _, secret = key.rpartition(":")
-            await self.auth.register_key(secret, workspace or "default")
+            given.append((workspace or "default", secret))
+        self.auth.give_keys(given)  # never stored: they live while they are given (§17.12)
+        await self.store.start()
+        if not given:
+            self.development_key = await self.auth.development_key()
         await self.cluster.start()
         await recover_after_restart(self)  # a sole owner's restart (SQLite; notes §16.2)
         self._deadline_task = asyncio.get_running_loop().create_task(self._deadlines())
@@ -296,7 +303,7 @@ class Hub:
     ) -> tuple[SessionHeader, bool]:
         """Create a session (idempotent on session_id)."""
         if not principal.may_create():
-            raise Forbidden("creating sessions needs an API key")
+            raise Forbidden(_refusal("create_session", "edge", principal))
         names.check_session_id(header.session_id)  # every store, every way in (§16.7)
         stored, created = await self.store.create_session(header)
         if not created:
@@ -313,7 +320,7 @@ class Hub:
             # [trust] for a session token every other session is absent (issue 12: no oracle)
             raise _absent(session_id)
         if not principal.may_attach(role):
-            raise Forbidden(f"this credential may not attach as {role}")
+            raise Forbidden(_refusal("attach", role, principal))
         while True:
             header = await self.store.get_session(session_id)
             if header is None:
@@ -429,3 +436,12 @@ class Hub:
 def _absent(session_id: str) -> NoSuchSession:
     """The one refusal for a session that is not there, or not this credential's to see."""
     return NoSuchSession(f"no session {session_id} (send create to make it)")
+
+
+def _refusal(act: acts.Act, role: Literal["client", "edge"], principal: Principal) -> str:
+    """What the act table says this credential lacks for ``act`` as ``role``."""
+    try:
+        acts.require(act, role, principal)
+    except NotAllowed as exc:
+        return exc.message
+    return f"this credential may not {act.replace('_', ' ')} as {role}"

@@ -43,7 +43,7 @@ from ..auth import Principal
 from ..hub import Hub
 from ..session import Session
 from ..store.base import LogEntry
-from .access import hub_of, loaded_session, principal_of, visible_header
+from .access import hub_of, loaded_session, principal_of, require_act, visible_header
 from .context import SESSION_PATH, authenticate
 from .events import submit
 from .middleware import HTTP_METRICS, ApiError
@@ -217,6 +217,7 @@ async def agui_tail(request: web.Request) -> web.StreamResponse:
     else:
         principal = await authenticate(request)
     header = await visible_header(request, principal)
+    require_act(principal, "read_session")
     session_id = header.session_id
     resume_text = request.headers.get("Last-Event-ID") or request.query.get("last_event_id")
     cursor: tuple[int, int | None] | None = None
@@ -278,6 +279,12 @@ async def agui_run(request: web.Request) -> web.StreamResponse:
     cursor = session.head
     await _fold_to(stream, session_id, hub, cursor)
     known = stream.egress.known_message_ids
+    # Every act the run asks for is checked before the first is appended.
+    require_act(principal, "read_session")
+    if any(True for _ in input_user_messages(run, known)):
+        require_act(principal, "append_user_input")
+    if run.resume:
+        require_act(principal, "answer_interaction")
     submitted = 0
     for message_id, text in input_user_messages(run, known):
         if not 0 < len(message_id) <= 256:

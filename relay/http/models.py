@@ -24,6 +24,8 @@ __all__ = [
     "CancelBody",
     "CreateBody",
     "ForkBody",
+    "KeyBody",
+    "KeyOut",
     "ParticipantOut",
     "RenameBody",
     "SessionOut",
@@ -158,6 +160,35 @@ class WhoAmI(msgspec.Struct, kw_only=True):
     grants: list[str]
     expires_at: str | None
     token_id: str
+    scopes: list[str] = msgspec.field(default_factory=list)
+    """What it may do (notes §17.6): a view hides the controls of acts it lacks."""
+
+
+class KeyBody(msgspec.Struct, kw_only=True):
+    """``POST /v1/keys``: the new key's scopes, optional expiry (RFC 3339 with a zone) and
+    label; ``workspace`` defaults to (and may only be) the admin key's own."""
+
+    scopes: Annotated[list[Annotated[str, msgspec.Meta(max_length=32)]], msgspec.Meta(max_length=8)]
+    expires_at: Annotated[dt.datetime, msgspec.Meta(tz=True)] | None = None
+    name: Annotated[str, msgspec.Meta(max_length=100)] = ""
+    workspace: str | None = None
+
+
+class KeyOut(msgspec.Struct, kw_only=True):
+    """An API key as listed (never its secret), or as created (``key``: the secret, present
+    in the create's answer only)."""
+
+    key_id: str
+    workspace: str
+    scopes: list[str]
+    name: str
+    created_at: str | None
+    expires_at: str | None
+    last_used_at: str | None
+    given: bool = False
+    """Given by ``--api-key``: not stored, not revocable over the API."""
+    development: bool = False
+    key: str | None = None
 
 
 _decoders: Final[dict[type[Any], msgspec.json.Decoder[Any]]] = {}

@@ -24,6 +24,7 @@ __all__ = [
     "INSERT_ENTRY",
     "INSERT_SESSION",
     "LIST_HEADERS",
+    "LIST_KEYS",
     "LIST_PARTICIPANTS",
     "PREFIX_BOUNDS",
     "PUT_CREDENTIAL",
@@ -122,3 +123,5 @@ DUE_DEADLINES: Final = (
 )
 PUT_CREDENTIAL: Final = "INSERT OR REPLACE INTO credentials (digest, record) VALUES (?, ?)"
 GET_CREDENTIAL: Final = "SELECT record FROM credentials WHERE digest = ?"
+# The msgpack of ``"kind": "key"`` (a record's map entry): keys without decoding every token.
+LIST_KEYS: Final = "SELECT record FROM credentials WHERE instr(record, X'a46b696e64a36b6579') > 0"
