@@ -152,10 +152,14 @@ def ws_attach(role: str) -> Performer:
 
 async def _welcomed(peer: Peer) -> bool:
     """True when the hello was welcomed; False when refused 4403 (the act table's refusal)."""
+    frame: dict[str, Any] = {}
+    code: int | None = None
     try:
         frame = await peer.recv()
     except ConnectionClosed as exc:
-        assert exc.rcvd is not None and exc.rcvd.code == 4403, exc
+        code = None if exc.rcvd is None else exc.rcvd.code
+    if not frame:
+        assert code == 4403
         return False
     if frame["type"] == "connection.welcome":
         await peer.close()
