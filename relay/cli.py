@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import json
 import os
 import sys
@@ -14,7 +13,6 @@ from collections.abc import Callable
 import structlog
 
 from . import heap
-from .auth import new_api_key
 from .config import SERVE_DEFAULTS, ConfigError, add_serve_arguments, settings_from_args
 
 __all__ = ["register"]
@@ -50,10 +48,6 @@ def _serve(args: argparse.Namespace) -> int:
         return _fail(str(exc), EXIT_BAD_SETTING, json_lines=_json_wanted(args))
     configure_logging(settings.log_format, settings.log_level)
     json_lines = settings.log_format == "json"
-    dev_key = None
-    if not settings.api_keys:
-        dev_key = new_api_key()
-        settings = dataclasses.replace(settings, api_keys=(f"default:{dev_key}",))
     try:
         master = Master(settings)
     except ValueError as exc:  # open_store: a scheme this build does not know
@@ -62,6 +56,9 @@ def _serve(args: argparse.Namespace) -> int:
 
     def announce() -> None:
         heap.settle()  # startup's objects frozen, young collections less often (issue 16)
+        # The store's development key (made on its first start, the same at every later
+        # one) when no --api-key is given; an operator's keys are never printed.
+        dev_key = master.hub.development_key
         if dev_key is not None:  # once started: a failed start stays one line
             if json_lines:
                 structlog.get_logger("rawp.cli").warning(

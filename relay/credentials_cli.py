@@ -1,9 +1,10 @@
-"""``rawp keys create|revoke`` and ``rawp tokens create|revoke``: credentials from the shell.
+"""``rawp keys create|list|revoke`` and ``rawp tokens create|revoke``: credentials from the shell.
 
-* API keys live in the store: ``rawp keys create --workspace W --store redis://…`` registers
-  one there (with the embedded memory store it is printed for ``--api-key``);
-  ``rawp keys revoke KEY_OR_ID --store redis://…`` marks one revoked there (with the
-  embedded memory store, restart the master without that ``--api-key`` instead).
+* API keys are managed on a running master over HTTP (``--http-url`` / ``RAWP_HTTP_URL``,
+  with an ``admin`` key: ``--token`` / ``RAWP_API_KEY``), or with ``--store`` on a store no
+  master owns (a SQLite file, or Redis); ``--store memory`` only prints a fresh secret for
+  ``--api-key``. The secret of a new key is printed once on stdout; every failure is one
+  line on stderr and an ``EXIT_KEYS_*`` status (docs/operations.md, "API keys").
 * Session tokens are issued and revoked by a running master over HTTP, with an API key
   (``--api-key`` or ``RAWP_API_KEY``): ``rawp tokens create SESSION_ID [--grant client]
   [--grant delete] [--ttl SECONDS]`` prints the token (shown once) on stdout;
@@ -14,9 +15,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import json
 import os
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable
@@ -24,32 +27,110 @@ from typing import Any, TypeVar
 
 from protocol.errors import StoreError
 
-from .auth import GRANTS, Authenticator, digest, new_api_key
-from .store.base import Store
+from .auth import (
+    DEFAULT_KEY_SCOPES,
+    GRANTS,
+    SCOPES,
+    Authenticator,
+    KeyRefused,
+    digest,
+    new_api_key,
+    scopes_of,
+)
+from .store.base import Credential, Store
 
 T = TypeVar("T")
 
-__all__ = ["add_key_commands", "add_token_commands"]
+__all__ = [
+    "EXIT_KEYS_CREDENTIAL",
+    "EXIT_KEYS_REFUSED",
+    "EXIT_KEYS_UNREACHABLE",
+    "EXIT_KEYS_USAGE",
+    "add_key_commands",
+    "add_token_commands",
+]
 
 _DEFAULT_URL = "http://127.0.0.1:8766"
 
+EXIT_KEYS_REFUSED = 1
+"""The master or store refused: unknown scope, past expiry, no such key, own or last admin key."""
+EXIT_KEYS_USAGE = 2
+"""The command line itself (argparse's status too)."""
+EXIT_KEYS_UNREACHABLE = 4
+"""No master answered at --http-url (or it failed, 5xx); with --store: the store (as serve)."""
+EXIT_KEYS_CREDENTIAL = 8
+"""No admin key given, or the master refused it (401, 403: unknown, expired, not admin)."""
+
 
 def add_key_commands(keys_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``rawp keys create|revoke``."""
-    create = keys_sub.add_parser("create", help="create an API key for a workspace (shown once)")
-    create.add_argument("--workspace", default="default")
-    create.add_argument(
-        "--store",
-        default="memory",
-        help="register the key in this store (redis://…); with memory, pass it to --api-key",
+    """``rawp keys create|list|revoke``."""
+    create = keys_sub.add_parser(
+        "create", help="create an API key (its secret printed once, on stdout)"
     )
-    create.add_argument("--redis-cluster", action="store_true")
+    create.add_argument(
+        "--workspace",
+        default=None,
+        help="the key's workspace (default: the admin key's over HTTP; 'default' with --store)",
+    )
+    create.add_argument(
+        "--scope",
+        action="append",
+        default=None,
+        metavar="SCOPE",
+        help=f"a scope, repeatable: {', '.join(sorted(SCOPES))} (default: read, write, delete, "
+        "tokens — every scope but admin)",
+    )
+    create.add_argument(
+        "--expires-at", default=None, metavar="TIME", help="RFC 3339 expiry (default: never)"
+    )
+    create.add_argument(
+        "--ttl",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="expire this long from now (default: never; not with --expires-at)",
+    )
+    create.add_argument("--name", default="", help="a label shown by `keys list` (default: none)")
+    _connection_options(create)
     create.set_defaults(handler=_keys_create)
-    revoke = keys_sub.add_parser("revoke", help="revoke an API key in a shared store")
+
+    listing = keys_sub.add_parser("list", help="list the live API keys (never their secrets)")
+    listing.add_argument("--json", action="store_true", help="one JSON document (default: a table)")
+    _connection_options(listing)
+    listing.set_defaults(handler=_keys_list)
+
+    revoke = keys_sub.add_parser("revoke", help="revoke an API key")
     revoke.add_argument("key", metavar="KEY_OR_ID", help="the key, or its id (SHA-256 hex)")
-    revoke.add_argument("--store", required=True, help="redis://… (the store the master uses)")
-    revoke.add_argument("--redis-cluster", action="store_true")
+    _connection_options(revoke)
     revoke.set_defaults(handler=_keys_revoke)
+
+
+def _connection_options(parser: argparse.ArgumentParser) -> None:
+    """Where the keys live: a running master over HTTP (default), or a store no master owns."""
+    parser.add_argument(
+        "--http-url",
+        default=None,
+        metavar="URL",
+        help=f"the running master's HTTP address (default: $RAWP_HTTP_URL, else {_DEFAULT_URL})",
+    )
+    parser.add_argument(
+        "--token",
+        default=None,
+        metavar="KEY",
+        help="an API key with the admin scope (default: $RAWP_API_KEY, else $RAWP_TOKEN)",
+    )
+    parser.add_argument(
+        "--store",
+        default=None,
+        metavar="URL",
+        help="work on this store instead of a master (sqlite:PATH no master owns, redis://…; "
+        "memory: just print a new key for --api-key); default: none, ask the master",
+    )
+    parser.add_argument(
+        "--redis-cluster",
+        action="store_true",
+        help="the --store URL is a Redis Cluster (default: off)",
+    )
 
 
 def add_token_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -105,35 +186,214 @@ def _with_store(args: argparse.Namespace, action: Callable[[Store], Awaitable[T]
         raise SystemExit(exc.exit_code) from None
 
 
+class _Failed(Exception):
+    """One line for stderr and the exit status (docs/operations.md, "rawp keys")."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+
+def _run_keys(args: argparse.Namespace, action: Callable[[], int]) -> int:
+    try:
+        return action()
+    except _Failed as exc:
+        print(f"rawp keys {args.keys_command}: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+
+
+def _admin_call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
+    """One request to the master with the admin key; failures become :class:`_Failed`."""
+    url = (args.http_url or os.environ.get("RAWP_HTTP_URL") or _DEFAULT_URL).rstrip("/")
+    key = args.token or os.environ.get("RAWP_API_KEY") or os.environ.get("RAWP_TOKEN")
+    if not key:
+        raise _Failed(
+            "an admin API key is needed: --token KEY, or RAWP_API_KEY (or use --store)",
+            EXIT_KEYS_CREDENTIAL,
+        )
+    data = None if body is None else json.dumps(body).encode()
+    try:
+        request = urllib.request.Request(
+            url + path,
+            data=data,
+            method=method,
+            headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        )
+    except ValueError as exc:
+        raise _Failed(f"--http-url {url!r} is not an HTTP URL: {exc}", EXIT_KEYS_USAGE) from None
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        try:
+            problem = json.loads(exc.read())
+            detail = problem.get("detail", exc.reason)
+        except (ValueError, AttributeError):
+            detail = exc.reason
+        detail = " ".join(str(detail).split())  # one line, whatever the master said
+        status = exc.code
+        code = EXIT_KEYS_CREDENTIAL if status in (401, 403) else EXIT_KEYS_REFUSED
+        if status >= 500:
+            code = EXIT_KEYS_UNREACHABLE
+        raise _Failed(f"the master at {url} answered {status}: {detail}", code) from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise _Failed(
+            f"cannot reach a master at {url} ({reason}): start one, set --http-url or "
+            "RAWP_HTTP_URL, or use --store",
+            EXIT_KEYS_UNREACHABLE,
+        ) from None
+    except ValueError:
+        raise _Failed(f"{url} did not answer JSON: is it a RAWP master?", EXIT_KEYS_UNREACHABLE)
+
+
+def _expiry_ms(args: argparse.Namespace) -> int | None:
+    if args.expires_at is not None and args.ttl is not None:
+        raise _Failed("give --expires-at or --ttl, not both", EXIT_KEYS_USAGE)
+    if args.ttl is not None:
+        if not 0 < args.ttl < 100 * 365 * 86400:
+            raise _Failed("--ttl must be a positive number of seconds", EXIT_KEYS_USAGE)
+        return int((time.time() + args.ttl) * 1000)
+    if args.expires_at is None:
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(args.expires_at.replace("Z", "+00:00"))
+    except ValueError:
+        raise _Failed(
+            f"--expires-at {args.expires_at!r} is not an RFC 3339 time", EXIT_KEYS_USAGE
+        ) from None
+    if moment.tzinfo is None:
+        raise _Failed("--expires-at needs a time zone (e.g. Z)", EXIT_KEYS_USAGE)
+    return int(moment.timestamp() * 1000)
+
+
+def _time(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    moment = dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
 def _keys_create(args: argparse.Namespace) -> int:
-    key = new_api_key()
-    if args.store == "memory":
+    def create() -> int:
+        scopes = sorted(set(args.scope)) if args.scope else sorted(DEFAULT_KEY_SCOPES)
+        expires = _expiry_ms(args)
+        if args.store == "memory":
+            unknown = sorted(set(scopes) - SCOPES)
+            if unknown:
+                raise _Failed(f"unknown scope {unknown[0]!r}", EXIT_KEYS_REFUSED)
+            key = new_api_key()
+            print(key)
+            workspace = args.workspace or "default"
+            print(
+                f"(shown once) start the master with --api-key {workspace}:{key} "
+                "(a key given by flag has every scope)",
+                file=sys.stderr,
+            )
+            return 0
+        if args.store is not None:
+
+            async def make(store: Store) -> tuple[str, Credential]:
+                return await Authenticator(store).create_key(
+                    args.workspace or "default", scopes, expires_at_ms=expires, name=args.name
+                )
+
+            key, record = _with_store(args, make)
+        else:
+            body: dict[str, Any] = {"scopes": scopes, "name": args.name}
+            if args.workspace is not None:
+                body["workspace"] = args.workspace
+            if expires is not None:
+                body["expires_at"] = _time(expires)
+            made = _admin_call(args, "POST", "/v1/keys", body)
+            key = made["key"]
+            record = Credential(
+                digest=made["key_id"],
+                kind="key",
+                workspace=made["workspace"],
+                scopes=made["scopes"],
+            )
         print(key)
         print(
-            f"(shown once) start the master with --api-key {args.workspace}:{key}", file=sys.stderr
+            f"(shown once) key_id {record.digest} · workspace {record.workspace!r} · "
+            f"scopes {','.join(record.scopes or [])}",
+            file=sys.stderr,
         )
         return 0
-    _with_store(args, lambda store: Authenticator(store).register_key(key, args.workspace))
-    print(key)
-    print(f"(registered for workspace {args.workspace!r}; shown once)", file=sys.stderr)
-    return 0
+
+    return _run_keys(args, create)
+
+
+def _keys_list(args: argparse.Namespace) -> int:
+    def listing() -> int:
+        if args.store == "memory":
+            raise _Failed("an in-memory store keeps no keys: use --http-url", EXIT_KEYS_USAGE)
+        if args.store is not None:
+
+            async def read(store: Store) -> list[Credential]:
+                return [k for k in await store.list_keys() if not k.revoked]
+
+            keys: list[dict[str, Any]] = [
+                {
+                    "key_id": k.digest,
+                    "workspace": k.workspace,
+                    "scopes": sorted(scopes_of(k)),
+                    "name": k.name,
+                    "created_at": _time(k.created_at_ms or None),
+                    "expires_at": _time(k.expires_at_ms),
+                    "last_used_at": _time(k.last_used_ms),
+                    "given": False,
+                    "development": k.development,
+                }
+                for k in _with_store(args, read)
+            ]
+        else:
+            keys = _admin_call(args, "GET", "/v1/keys")["keys"]
+        if args.json:
+            print(json.dumps({"keys": keys}, indent=2))
+            return 0
+        head = ("KEY_ID", "WORKSPACE", "SCOPES", "EXPIRES", "LAST USED")
+        print(f"{head[0]:<16} {head[1]:<12} {head[2]:<30} {head[3]:<20} {head[4]:<20} NAME")
+        for k in keys:
+            name = k["name"] + (" (--api-key)" if k.get("given") else "")
+            print(
+                f"{k['key_id'][:16]:<16} {k['workspace'][:12]:<12} {','.join(k['scopes']):<30} "
+                f"{k['expires_at'] or 'never':<20} {k['last_used_at'] or '-':<20} {name}"
+            )
+        return 0
+
+    return _run_keys(args, listing)
 
 
 def _keys_revoke(args: argparse.Namespace) -> int:
     key_id = args.key if len(args.key) == 64 and not args.key.startswith("rk_") else None
     key_id = key_id or digest(args.key)
 
-    async def revoke(store: Store) -> bool:
-        record = await store.get_credential(key_id)
-        if record is None or record.kind != "key":
-            return False
-        return await Authenticator(store).revoke(key_id)
+    def revoke() -> int:
+        if args.store == "memory":
+            raise _Failed(
+                "an in-memory store keeps no keys: restart the master without that --api-key",
+                EXIT_KEYS_USAGE,
+            )
+        if args.store is not None:
 
-    if not _with_store(args, revoke):
-        print(f"no API key {key_id} in {args.store}", file=sys.stderr)
-        return 1
-    print(f"revoked API key {key_id}", file=sys.stderr)
-    return 0
+            async def drop(store: Store) -> str | None:
+                try:
+                    await Authenticator(store).revoke_key(key_id)
+                except KeyRefused as exc:
+                    return exc.message
+                return None
+
+            refused = _with_store(args, drop)
+            if refused is not None:
+                raise _Failed(refused, EXIT_KEYS_REFUSED)
+        else:
+            _admin_call(args, "DELETE", f"/v1/keys/{key_id}")
+        print(f"revoked API key {key_id}", file=sys.stderr)
+        return 0
+
+    return _run_keys(args, revoke)
 
 
 def _request(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:

@@ -13,16 +13,17 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 
-from protocol import codec, names
+from protocol import acts, codec, names
 from protocol.errors import (
     CloseCode,
     Forbidden,
     FormatVersionError,
     NoSuchSession,
+    NotAllowed,
     SessionGone,
     StoreError,
     StoreUnavailableError,
@@ -65,9 +66,11 @@ def new_session_header(
     agent_id: str | None = None,
     parent_session_id: str | None = None,
     seed_length: int = 0,
+    vault_ids: Sequence[str] = (),
 ) -> SessionHeader:
     """A header for a session about to be created (fresh epoch, creation time now)."""
     return SessionHeader(
+        vault_ids=list(vault_ids),
         session_id=session_id,
         workspace=workspace,
         name=name,
@@ -100,6 +103,8 @@ class Hub:
         self.settings = settings
         self.store = store
         self.auth = Authenticator(store)
+        self.development_key: str | None = None
+        """The store's development key when no key was given (printed at each start)."""
         self.held_credentials = HeldCredentials()  # what the credential watch checks
         self.metrics = Metrics()
         self.master_sender = Sender(role="master", participant_id=settings.node_id)
@@ -207,10 +212,24 @@ class Hub:
 
     async def start(self) -> None:
         """Start the store and the deadline loop."""
-        await self.store.start()
+        given = []
         for key in self.settings.api_keys:
             workspace, _, secret = key.rpartition(":")
-            await self.auth.register_key(secret, workspace or "default")
+            given.append((workspace or "default", secret))
+        self.auth.give_keys(given)  # never stored: they live while they are given (§17.12)
+        await self.store.start()
+        if not given:
+            self.development_key = await self.auth.development_key()
+        earlier = [k for k in await self.store.list_keys() if k.scopes is None and not k.revoked]
+        if earlier:
+            # Written by a build before scopes (its --api-key and development keys among
+            # them): still valid with every scope until revoked, so say which they are.
+            log.warning(
+                "keys_from_an_earlier_build",
+                count=len(earlier),
+                key_ids=[k.digest[:16] for k in earlier[:20]],
+                fix="rawp keys list; rawp keys revoke KEY_ID for those no longer wanted",
+            )
         await self.cluster.start()
         await recover_after_restart(self)  # a sole owner's restart (SQLite; notes §16.2)
         self._deadline_task = asyncio.get_running_loop().create_task(self._deadlines())
@@ -296,7 +315,7 @@ class Hub:
     ) -> tuple[SessionHeader, bool]:
         """Create a session (idempotent on session_id)."""
         if not principal.may_create():
-            raise Forbidden("creating sessions needs an API key")
+            raise Forbidden(_refusal("create_session", "edge", principal))
         names.check_session_id(header.session_id)  # every store, every way in (§16.7)
         stored, created = await self.store.create_session(header)
         if not created:
@@ -313,7 +332,7 @@ class Hub:
             # [trust] for a session token every other session is absent (issue 12: no oracle)
             raise _absent(session_id)
         if not principal.may_attach(role):
-            raise Forbidden(f"this credential may not attach as {role}")
+            raise Forbidden(_refusal("attach", role, principal))
         while True:
             header = await self.store.get_session(session_id)
             if header is None:
@@ -429,3 +448,12 @@ class Hub:
 def _absent(session_id: str) -> NoSuchSession:
     """The one refusal for a session that is not there, or not this credential's to see."""
     return NoSuchSession(f"no session {session_id} (send create to make it)")
+
+
+def _refusal(act: acts.Act, role: Literal["client", "edge"], principal: Principal) -> str:
+    """What the act table says this credential lacks for ``act`` as ``role``."""
+    try:
+        acts.require(act, role, principal)
+    except NotAllowed as exc:
+        return exc.message
+    return f"this credential may not {act.replace('_', ' ')} as {role}"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Final, Protocol
@@ -128,11 +127,6 @@ class CredentialWatch:
         if principal.expired:
             return False
         try:
-            record = await self._hub.store.get_credential(principal.credential_id)
+            return await self._hub.auth.still_valid(principal)
         except (StoreError, OSError):
             return True  # cannot tell now (store outage); the next round asks again
-        return record is not None and not record.revoked and not _expired(record.expires_at_ms)
-
-
-def _expired(expires_at_ms: int | None) -> bool:
-    return expires_at_ms is not None and expires_at_ms <= int(time.time() * 1000)

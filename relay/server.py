@@ -22,11 +22,18 @@ from picows import ws_create_server
 
 from protocol.errors import CloseCode, StoreError
 
+from .auth import KeyRefused
 from .config import Settings
 from .http import create_app
 from .http.hardening import HardenedRunner
 from .hub import Hub
-from .startup import listen_error, store_start_failed, tls_error
+from .startup import (
+    EXIT_BAD_SETTING,
+    StartupError,
+    listen_error,
+    store_start_failed,
+    tls_error,
+)
 from .store import open_store
 from .store.base import Store
 from .ws import Connection, WebSocketEndpoint, peer_log
@@ -104,6 +111,8 @@ class Master:
             await self.hub.start()
         except (StoreError, OSError) as exc:  # not ours to use (7), or no answer (4)
             raise store_start_failed(self.settings.store, exc) from exc
+        except KeyRefused as exc:  # the keys given (one secret for two workspaces)
+            raise StartupError(f"--api-key: {exc.message}", EXIT_BAD_SETTING) from exc
         app = create_app(self.hub, ws_url=lambda: self.ws_url)  # [http-api] dashboard's ws URL
         # [trust] header deadline, problem+json for aiohttp's own errors (relay/http/hardening)
         runner = HardenedRunner(

@@ -44,7 +44,7 @@ from ..auth import Principal
 from ..hub import Hub
 from ..session import Session
 from ..store.base import LogEntry
-from .access import hub_of, principal_of, visible_header, writable_session
+from .access import hub_of, principal_of, require_act, visible_header, writable_session
 from .context import SESSION_PATH, authenticate
 from .events import submit
 from .hardening import peer_gone
@@ -242,6 +242,7 @@ async def agui_tail(request: web.Request) -> web.StreamResponse:
     else:
         principal = await authenticate(request)
     header = await visible_header(request, principal)
+    require_act(principal, "read_session")
     session_id = header.session_id
     resume_text = request.headers.get("Last-Event-ID") or request.query.get("last_event_id")
     cursor: tuple[int, int | None] | None = None
@@ -328,9 +329,15 @@ async def _run(
     cursor = session.head
     turns_before = session.state.last_turn_index
     await _fold_to(stream, session_id, hub, cursor)
-    # Every frame is built and checked before the first is appended: an input with one bad
-    # message appends none of them (a store failure half-way is mended by posting the same
-    # input again: the messages appended already are recognised by their ids).
+    # Every act the run asks for is checked, and every frame built and checked, before the
+    # first is appended: an input with one bad message appends none of them (a store failure
+    # half-way is mended by posting the same input again: the messages appended already are
+    # recognised by their ids).
+    require_act(principal, "read_session")
+    if any(True for _ in input_user_messages(run, stream.egress.known_message_ids)):
+        require_act(principal, "append_user_input")
+    if run.resume:
+        require_act(principal, "answer_interaction")
     frames = await _input_frames(session, run, stream.egress.known_message_ids)
     for frame, raw in frames:
         await submit(session, principal, frame, raw)

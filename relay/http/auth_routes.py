@@ -14,21 +14,15 @@
 
 from __future__ import annotations
 
-from typing import Final
-
 from aiohttp import web
-
-from protocol.errors import CloseCode
 
 from .access import hub_of, principal_of, require_act, visible_header
 from .middleware import HTTP_METRICS, ApiError
 from .models import TokenBody, WhoAmI, decode_body, json_response, ms_to_time
+from .revoking import end_connections_of
 from .sessions import issue_token
-from .sse import end_streams_of
 
 __all__ = ["create_token", "revoke_token", "whoami"]
-
-_REVOKED: Final = CloseCode.BAD_CREDENTIAL
 
 
 async def create_token(request: web.Request) -> web.Response:
@@ -49,18 +43,16 @@ async def revoke_token(request: web.Request) -> web.Response:
     record = await hub.auth.lookup(token_id)
     if record is not None and record.kind == "key" and record.workspace == principal.workspace:
         raise ApiError(
-            403, "API keys are revoked with `rawp keys revoke`, not over HTTP", code="not_allowed"
+            403,
+            "this is an API key: revoke it with DELETE /v1/keys/{key_id} or `rawp keys revoke`",
+            code="not_allowed",
         )
     if record is None or not principal.may_revoke(record):
         raise ApiError(404, f"no session token {token_id}", code="not_found")
     if not record.revoked:
         await hub.auth.revoke(token_id)
         request.app[HTTP_METRICS].tokens_revoked.inc()
-    for session in list(hub.sessions.values()):
-        for participant in list(session.participants.values()):
-            if participant.principal.credential_id == token_id:
-                hub.spawn(participant.sink.close(_REVOKED, "credential revoked"))
-    end_streams_of(request.app, token_id)
+    end_connections_of(request.app, token_id)
     return json_response({"token_id": token_id, "revoked": True})
 
 
@@ -75,5 +67,6 @@ async def whoami(request: web.Request) -> web.Response:
             grants=sorted(principal.grants),
             expires_at=ms_to_time(principal.expires_at_ms),
             token_id=principal.credential_id,
+            scopes=sorted(principal.scopes),
         )
     )

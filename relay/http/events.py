@@ -219,6 +219,7 @@ async def list_events(request: web.Request) -> web.Response:
     hub = hub_of(request)
     principal = await principal_of(request)
     header = await visible_header(request, principal)
+    require_act(principal, "read_session")
     order = request.query.get("order", "desc")
     if order not in ("asc", "desc"):
         raise ApiError(400, f"order must be asc or desc, got {order!r}", code="invalid_query")

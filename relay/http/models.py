@@ -25,6 +25,8 @@ __all__ = [
     "CancelBody",
     "CreateBody",
     "ForkBody",
+    "KeyBody",
+    "KeyOut",
     "ParticipantOut",
     "RenameBody",
     "SessionOut",
@@ -45,6 +47,8 @@ JSON_BODY_LIMIT: Final = 1 << 20
 SessionId = frames.SessionId  # the grammar of every store and transport (notes §16.7)
 Name = Annotated[str, msgspec.Meta(max_length=200)]
 Ttl = Annotated[float, msgspec.Meta(gt=0)]
+VaultIds = Annotated[list[SessionId], msgspec.Meta(max_length=10)]
+"""≤ 10 opaque ids, each of the id grammar (notes §17.6)."""
 
 _T = TypeVar("_T")
 
@@ -64,6 +68,7 @@ class CreateBody(msgspec.Struct, kw_only=True):
     agent_id: str | None = None
     parent_session_id: SessionId | None = None
     token: TokenBody | None = None
+    vault_ids: VaultIds = msgspec.field(default_factory=list)
 
 
 class RenameBody(msgspec.Struct, kw_only=True):
@@ -143,6 +148,7 @@ class SessionOut(msgspec.Struct, kw_only=True):
     ended_at: str | None = None
     reason: str | None = None
     deleted_by: str | None = None
+    vault_ids: list[str] = msgspec.field(default_factory=list)
 
 
 class TokenOut(msgspec.Struct, kw_only=True):
@@ -164,6 +170,35 @@ class WhoAmI(msgspec.Struct, kw_only=True):
     grants: list[str]
     expires_at: str | None
     token_id: str
+    scopes: list[str] = msgspec.field(default_factory=list)
+    """What it may do (notes §17.6): a view hides the controls of acts it lacks."""
+
+
+class KeyBody(msgspec.Struct, kw_only=True):
+    """``POST /v1/keys``: the new key's scopes, optional expiry (RFC 3339 with a zone) and
+    label; ``workspace`` defaults to (and may only be) the admin key's own."""
+
+    scopes: Annotated[list[Annotated[str, msgspec.Meta(max_length=32)]], msgspec.Meta(max_length=8)]
+    expires_at: Annotated[dt.datetime, msgspec.Meta(tz=True)] | None = None
+    name: Annotated[str, msgspec.Meta(max_length=100)] = ""
+    workspace: str | None = None
+
+
+class KeyOut(msgspec.Struct, kw_only=True):
+    """An API key as listed (never its secret), or as created (``key``: the secret, present
+    in the create's answer only)."""
+
+    key_id: str
+    workspace: str
+    scopes: list[str]
+    name: str
+    created_at: str | None
+    expires_at: str | None
+    last_used_at: str | None
+    given: bool = False
+    """Given by ``--api-key``: not stored, not revocable over the API."""
+    development: bool = False
+    key: str | None = None
 
 
 _decoders: Final[dict[type[Any], msgspec.json.Decoder[Any]]] = {}

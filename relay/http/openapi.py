@@ -26,6 +26,8 @@ from .models import (
     CancelBody,
     CreateBody,
     ForkBody,
+    KeyBody,
+    KeyOut,
     RenameBody,
     SessionOut,
     TokenBody,
@@ -138,6 +140,19 @@ class RevokeAnswer(msgspec.Struct, kw_only=True):
     """A revoked session token."""
 
     token_id: str
+    revoked: bool
+
+
+class KeyList(msgspec.Struct, kw_only=True):
+    """The workspace's live API keys (never their secrets)."""
+
+    keys: list[KeyOut]
+
+
+class KeyRevoked(msgspec.Struct, kw_only=True):
+    """A revoked API key."""
+
+    key_id: str
     revoked: bool
 
 
@@ -299,6 +314,26 @@ OPERATIONS: Final[dict[tuple[str, str], Operation]] = {
         "revoke a session token (an API key: any of its workspace; a token: itself)",
         {"200": (RevokeAnswer, _JSON, "revoked (again: still 200)")},
         tags=("credentials",),
+    ),
+    ("POST", "/v1/keys"): Operation(
+        "create an API key of the admin key's workspace (admin scope; the secret is shown once)",
+        {"201": (KeyOut, _JSON, "the key, with its secret in `key`")},
+        body=KeyBody,
+        body_required=True,
+        tags=("credentials",),
+        problems=("400", "401", "403"),
+    ),
+    ("GET", "/v1/keys"): Operation(
+        "the workspace's live API keys: scopes, created, expires, last used (admin scope)",
+        {"200": (KeyList, _JSON, "the keys")},
+        tags=("credentials",),
+        problems=("401", "403"),
+    ),
+    ("DELETE", "/v1/keys/{key_id}"): Operation(
+        "revoke an API key (admin scope; not itself, not the last admin key, not a flag's)",
+        {"200": (KeyRevoked, _JSON, "revoked (again: still 200)")},
+        tags=("credentials",),
+        problems=("401", "403", "404", "409"),
     ),
     ("GET", "/v1/whoami"): Operation(
         "what the presented credential is and may do",

@@ -17,6 +17,7 @@ from .dashboard import add_dashboard_routes
 from .events import append_event, cancel_turn, list_events
 from .export import export_session
 from .fencing import lease_middleware
+from .keys import add_key_routes
 from .middleware import HTTP_METRICS, HttpMetrics, api_middleware
 from .openapi import add_openapi_route
 from .sessions import create_session, fork_session, get_session, list_sessions, rename_session
@@ -57,5 +58,6 @@ def add_routes(app: web.Application, *, ws_url: Callable[[], str] | None = None)
     add_agui_routes(app)
     r.add_delete("/v1/tokens/{token_id}", revoke_token)
     r.add_get("/v1/whoami", whoami)
+    add_key_routes(app)
     add_dashboard_routes(app, ws_url)
     add_openapi_route(app)  # last: it describes every route above (issue 15)

@@ -26,7 +26,7 @@ from protocol.errors import ProtocolError, StoreError
 from protocol.frames import Renamed, RenamedPayload
 from protocol.state import status
 
-from ..auth import DEFAULT_TOKEN_TTL_S, GRANTS, MAX_TOKEN_TTL_S, Principal
+from ..auth import DEFAULT_TOKEN_TTL_S, GRANTS, MAX_TOKEN_TTL_S, KeyRefused, Principal
 from ..hub import Hub, new_session_header
 from ..session import Session
 from ..store.base import SessionHeader
@@ -121,6 +121,7 @@ async def describe(hub: Hub, session: Session, header: SessionHeader | None = No
         ended_at=session.header.ended_at,
         reason=session.header.reason,
         deleted_by=session.header.deleted_by,
+        vault_ids=list(header.vault_ids),
     )
 
 
@@ -140,9 +141,16 @@ async def issue_token(
         raise ApiError(
             400, f"ttl_s must be at most {int(MAX_TOKEN_TTL_S)} (30 days)", code="invalid_body"
         )
-    secret, record = await hub_of(request).auth.issue_token(
-        principal.workspace, session_id, grants=frozenset(spec.grants), ttl_s=ttl
-    )
+    try:
+        secret, record = await hub_of(request).auth.issue_token(
+            principal.workspace,
+            session_id,
+            grants=frozenset(spec.grants),
+            ttl_s=ttl,
+            issuer=principal,
+        )
+    except KeyRefused as exc:
+        raise ApiError(exc.status, exc.message, code=exc.code) from None
     request.app[HTTP_METRICS].tokens_issued.inc()
     return TokenOut(
         token_id=record.digest,
@@ -158,8 +166,14 @@ async def create_session(request: web.Request) -> web.Response:
     hub = hub_of(request)
     principal = await principal_of(request)
     body = await decode_body(request, CreateBody, optional=True)
-    if not principal.may_create():
-        raise ApiError(403, "creating sessions needs an API key", code="not_allowed")
+    require_act(principal, "create_session")
+    may_issue = principal.may_issue_tokens()
+    if body.token is not None:
+        # Refused before anything is created: the create is all or nothing.
+        require_act(principal, "issue_tokens")
+        for grant in body.token.grants:
+            if grant in GRANTS and not principal.may_grant(grant):
+                raise ApiError(403, principal.grant_refusal(grant), code="not_allowed")
     session_id = body.session_id or new_session_id()
     if body.parent_session_id is not None:
         parent = await hub.store.get_session(body.parent_session_id)
@@ -176,6 +190,7 @@ async def create_session(request: web.Request) -> web.Response:
         name=body.name,
         agent_id=body.agent_id,
         parent_session_id=body.parent_session_id,
+        vault_ids=body.vault_ids,
     )
     stored, created = await hub.create(header, principal)
     session = await hub.open(stored.session_id)
@@ -184,7 +199,8 @@ async def create_session(request: web.Request) -> web.Response:
     token = None
     if created:
         request.app[HTTP_METRICS].sessions_created.inc()
-        token = await issue_token(request, principal, session_id, body.token or TokenBody())
+        if may_issue:  # a key without the tokens scope creates sessions, gets no token
+            token = await issue_token(request, principal, session_id, body.token or TokenBody())
     out: dict[str, Any] = {
         "session": await describe(hub, session, stored),
         "token": token,
@@ -198,8 +214,7 @@ async def list_sessions(request: web.Request) -> web.Response:
     """``GET /v1/sessions?limit=&after=``."""
     hub = hub_of(request)
     principal = await principal_of(request)
-    if not principal.may_list():
-        raise ApiError(403, "listing sessions needs an API key", code="not_allowed")
+    require_act(principal, "list_sessions")
     limit = int_query(request, "limit", 50, minimum=1, maximum=200)
     after = request.query.get("after") or None
     if after is not None and not names.is_session_id(after):
@@ -223,6 +238,7 @@ async def get_session(request: web.Request) -> web.Response:
     """``GET /v1/sessions/{session_id}``."""
     principal = await principal_of(request)
     header = await visible_header(request, principal)
+    require_act(principal, "read_session")
     session = await loaded_session(request, header)
     return json_response(await describe(hub_of(request), session, header))
 
@@ -315,6 +331,7 @@ async def fork_session(request: web.Request) -> web.Response:
         agent_id=source.agent_id,
         parent_session_id=source.session_id,
         seed_length=at_seq,
+        vault_ids=source.vault_ids,  # the fork works with the same vaults
     )
     if not await hub.store.fork_session(source.session_id, header, at_seq):
         raise ApiError(409, f"session {fork_id} could not be created", code="conflict")
@@ -325,6 +342,8 @@ async def fork_session(request: web.Request) -> web.Response:
     # logged expired, a prefix ending inside a turn is finalized (§7.8.2).
     await hub.settle_fork(fork)
     request.app[HTTP_METRICS].sessions_created.inc()
-    token = await issue_token(request, principal, fork_id, TokenBody())
+    token = None
+    if principal.may_issue_tokens():
+        token = await issue_token(request, principal, fork_id, TokenBody())
     made = {"session": await describe(hub, fork, header), "token": token, "created": True}
     return json_response(made, status=201, headers={"Location": f"/v1/sessions/{fork_id}"})

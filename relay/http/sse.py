@@ -37,7 +37,7 @@ from ..auth import Principal
 from ..hub import Hub
 from ..session import Session
 from ..store.base import LogEntry
-from .access import hub_of, int_query, loaded_session, visible_header
+from .access import hub_of, int_query, loaded_session, require_act, visible_header
 from .context import authenticate
 from .hardening import peer_gone
 from .middleware import HTTP_METRICS, ApiError
@@ -119,7 +119,8 @@ def end_streams_of(app: web.Application, credential_id: str) -> None:
     """End every stream of this node opened with that credential (it was revoked)."""
     streams: set[EventStream] = app[STREAMS]
     for stream in list(streams):
-        if stream.principal.credential_id == credential_id:
+        principal = stream.principal
+        if credential_id in (principal.credential_id, principal.issued_by):
             stream.end()
 
 
@@ -171,6 +172,7 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
     else:
         principal = await authenticate(request)
     header = await visible_header(request, principal)
+    require_act(principal, "read_session")
     session = await loaded_session(request, header)
     cursor = await _start_cursor(request, session)
     response = web.StreamResponse(

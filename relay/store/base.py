@@ -112,6 +112,9 @@ class SessionHeader(msgspec.Struct, kw_only=True):
     ended_at_ms: int | None = None
     reason: str | None = None
     deleted_by: str | None = None
+    vault_ids: list[str] = msgspec.field(default_factory=list)
+    """Opaque ids of the vaults the session may use (notes §17.6; ≤ 10, the id grammar):
+    stored and returned, copied to forks and continues, never interpreted."""
 
     @property
     def archived(self) -> bool:
@@ -242,6 +245,19 @@ class Credential(msgspec.Struct, kw_only=True):
     expires_at_ms: int | None = None
     revoked: bool = False
     created_at_ms: int = 0
+    scopes: list[str] | None = None
+    """What it may do (notes §17.6); None on records made before keys had scopes: a key of
+    then may do everything, a token everything a token may."""
+    name: str = ""
+    """A key's label, for people reading the list."""
+    issued_by: str | None = None
+    """A token's issuing key (its digest): the token is valid only while that key is."""
+    development: bool = False
+    """The store's development key (made once, valid only while no ``--api-key`` is given)."""
+    secret: str | None = None
+    """Kept for the development key only, so each start can print it again."""
+    last_used_ms: int | None = None
+    """When it last authenticated (recorded at most once a minute per node)."""
 
 
 class Store(abc.ABC):
@@ -501,3 +517,12 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def get_credential(self, digest: str) -> Credential | None:
         """The credential with that digest, or None."""
+
+    @abc.abstractmethod
+    async def list_keys(self) -> list[Credential]:
+        """Every stored API key (revoked ones too), with ``last_used_ms``."""
+
+    @abc.abstractmethod
+    async def touch_credential(self, digest: str, at_ms: int) -> None:
+        """Record that a credential was used at ``at_ms``, never undoing a write made
+        meanwhile (a revocation)."""

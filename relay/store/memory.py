@@ -297,5 +297,13 @@ class MemoryStore(Store):
     async def get_credential(self, digest: str) -> Credential | None:
         return self._credentials.get(digest)
 
+    async def list_keys(self) -> list[Credential]:
+        return [c for c in self._credentials.values() if c.kind == "key"]
+
+    async def touch_credential(self, digest: str, at_ms: int) -> None:
+        record = self._credentials.get(digest)
+        if record is not None:
+            record.last_used_ms = at_ms
+
 
 _OWN_APPEND: Final = MemoryStore.append  # as defined here: a patched class is not this one

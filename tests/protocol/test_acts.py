@@ -17,6 +17,7 @@ class Cred:
 
     kind: Literal["key", "token"]
     grants: frozenset[str] = field(default_factory=frozenset)
+    scopes: frozenset[str] = acts.SCOPES
 
 
 KEY = Cred("key")
@@ -26,6 +27,13 @@ TOKEN_DELETE = Cred("token", frozenset({"delete"}))
 
 # What notes §11 and §16.6 say, cell by cell: (act, role) -> who of key/token/+client/+delete.
 EXPECTED: dict[tuple[str, str], tuple[bool, bool, bool, bool]] = {
+    ("attach", "client"): (True, False, True, False),
+    ("attach", "edge"): (True, True, True, True),
+    ("create_session", "client"): (True, False, False, False),
+    ("create_session", "edge"): (True, False, False, False),
+    ("read_session", "edge"): (True, True, True, True),
+    ("list_sessions", "edge"): (True, False, False, False),
+    ("manage_keys", "edge"): (True, False, False, False),
     ("request_deletion", "client"): (True, False, False, True),
     ("request_deletion", "edge"): (True, False, False, True),
     ("end_with_fatal_error", "client"): (True, True, True, True),
@@ -55,6 +63,54 @@ def test_each_cell_allows_exactly_the_decided_credentials(act: str, role: str) -
         for cred in (KEY, TOKEN, TOKEN_CLIENT, TOKEN_DELETE)
     )
     assert got == EXPECTED[act, role]
+
+
+# The scope each cell needs (notes §17.6, §17.12).
+SCOPE_OF: dict[tuple[str, str], str] = {
+    ("attach", "client"): "write",
+    ("attach", "edge"): "read",
+    ("create_session", "client"): "write",
+    ("create_session", "edge"): "write",
+    ("read_session", "edge"): "read",
+    ("list_sessions", "edge"): "read",
+    ("manage_keys", "edge"): "admin",
+    ("request_deletion", "client"): "delete",
+    ("request_deletion", "edge"): "delete",
+    ("end_with_fatal_error", "client"): "write",
+    ("end_with_fatal_error", "edge"): "delete",
+    ("rename", "client"): "write",
+    ("rename", "edge"): "write",
+    ("append_user_input", "edge"): "write",
+    ("answer_interaction", "edge"): "write",
+    ("cancel_interaction", "client"): "write",
+    ("cancel_turn", "edge"): "write",
+    ("issue_tokens", "edge"): "tokens",
+    ("fork", "edge"): "write",
+    ("export", "edge"): "read",
+}
+
+
+@pytest.mark.parametrize(("act", "role"), sorted(SCOPE_OF))
+@pytest.mark.parametrize("scope", sorted(acts.SCOPES))
+def test_a_key_with_one_scope_does_exactly_the_acts_of_that_scope(
+    act: str, role: str, scope: str
+) -> None:
+    """A key carrying only ``scope`` is allowed a cell iff the cell needs that scope."""
+    key = Cred("key", scopes=frozenset({scope}))
+    assert acts.allowed(act, role, key) == (SCOPE_OF[act, role] == scope)  # type: ignore[arg-type]
+
+
+def test_every_cell_has_its_decided_scope() -> None:
+    """The scope column is the decided one, cell by cell."""
+    assert {cell: rule.scope for cell, rule in acts.TABLE.items()} == SCOPE_OF
+
+
+def test_a_token_is_refused_what_its_key_lacked() -> None:
+    """A token with the delete grant but without the delete scope cannot delete."""
+    token = Cred("token", frozenset({"delete"}), frozenset({"read", "write"}))
+    with pytest.raises(NotAllowed) as info:
+        acts.require("request_deletion", "edge", token)
+    assert "delete scope" in info.value.message
 
 
 def test_a_role_without_a_cell_is_left_to_the_state_table() -> None:

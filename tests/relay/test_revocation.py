@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 
-from relay.auth import digest, new_api_key
+from relay.auth import SCOPES, digest
 from relay.server import Master
 from tests.e2e.conftest import API_KEY
 from tests.e2e.conftest import test_settings as settings_for
@@ -256,8 +256,7 @@ async def test_rawp_keys_revoke_ends_the_keys_connections_on_every_node(
 ) -> None:
     """`rawp keys revoke` against Redis: the key's sockets (4401) and streams end on A and B."""
     a, b = await nodes(2)
-    key = new_api_key()
-    await a.hub.auth.register_key(key, "default")
+    key, _ = await a.hub.auth.create_key("default", SCOPES)
     client = await Peer.open(a.ws_url, "s-key", token=key, create=True)
     edge = await Peer.open(b.ws_url, "s-key", role="edge", token=key)
     streams = [await _open_stream(m, "s-key", key) for m in (a, b)]

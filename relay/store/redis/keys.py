@@ -29,6 +29,9 @@ cluster slot and each per-session operation is one atomic Lua script:
                             claims of a session it cannot read, so it must not see ours)
 ``rawp:{~ar}:ended``        sorted set of archived session ids, score ended_at_ms
 ``rawp:cred:<digest>``      msgpack Credential
+``rawp:keys``               set of the digests of every stored API key (the keys' list)
+``rawp:cred-used:<digest>`` when the credential last authenticated (ms), beside its record
+                            so recording a use never rewrites (or un-revokes) the record
 ``rawp:{S}:mutex``          the session's cross-node mutex (token, PX): who its client is and
                             the finalization that follows are changed under it
 ``rawp:{~nodes}:live``      sorted set node_id → last heartbeat, ms on Redis's clock
@@ -63,6 +66,7 @@ __all__ = [
     "CLAIM_MEMO",
     "DEADLINES",
     "EARLIER_DEADLINES",
+    "KEYS_INDEX",
     "NODES_ALL",
     "NODES_EPOCH",
     "NODES_HELD",
@@ -73,6 +77,7 @@ __all__ = [
     "channel",
     "check_id",
     "credential_key",
+    "credential_used_key",
     "mutex_key",
     "workspace_index",
 ]
@@ -160,3 +165,12 @@ def workspace_index(workspace: str) -> str:
 def credential_key(digest: str) -> str:
     """Where one credential is kept."""
     return f"rawp:cred:{digest}"
+
+
+def credential_used_key(digest: str) -> str:
+    """When one credential was last used."""
+    return f"rawp:cred-used:{digest}"
+
+
+KEYS_INDEX: Final = "rawp:keys"
+"""The set of every stored API key's digest."""

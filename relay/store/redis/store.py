@@ -60,9 +60,11 @@ from .keys import (
     CLAIM_MEMO,
     DEADLINES,
     EARLIER_DEADLINES,
+    KEYS_INDEX,
     SessionKeys,
     channel,
     credential_key,
+    credential_used_key,
     mutex_key,
     workspace_index,
 )
@@ -672,8 +674,29 @@ class RedisStore(Store):
         try:
             with mapped():
                 await self._client.set(credential_key(credential.digest), encode(credential))
+                if credential.kind == "key":
+                    await self._client.sadd(KEYS_INDEX, credential.digest)
         finally:
             self._credential_reads.forget(credential.digest)  # read anew from now on
+
+    async def list_keys(self) -> list[Credential]:
+        with mapped():
+            digests = sorted(d.decode() for d in await self._client.smembers(KEYS_INDEX))
+            out: list[Credential] = []
+            for digest in digests:
+                raw = await self._client.get(credential_key(digest))
+                if raw is None:
+                    continue
+                record = credential_dec.decode(raw)
+                used = await self._client.get(credential_used_key(digest))
+                if used is not None:
+                    record.last_used_ms = int(used)
+                out.append(record)
+        return out
+
+    async def touch_credential(self, digest: str, at_ms: int) -> None:
+        with mapped():
+            await self._client.set(credential_used_key(digest), at_ms)
 
     async def get_credential(self, digest: str) -> Credential | None:
         """The record; a read of it already on its way is shared (see :mod:`.sharing`): a

@@ -28,7 +28,15 @@ from typing import Final
 
 from ..base import StoreOpenError
 from .jobs import BUSY_TIMEOUT_MS
-from .schema import APPLICATION_ID, DB_FORMAT, TABLES, TABLES_V1, create_schema, upgrade_to_2
+from .schema import (
+    APPLICATION_ID,
+    DB_FORMAT,
+    TABLES,
+    TABLES_V1,
+    add_vault_ids,
+    create_schema,
+    upgrade_to_2,
+)
 
 __all__ = ["FileLock", "inspect_file", "open_connection", "open_writer"]
 
@@ -309,6 +317,7 @@ def open_writer(path: Path) -> sqlite3.Connection:
             create_schema(writer)
         elif found < DB_FORMAT:
             upgrade_to_2(writer)
+        add_vault_ids(writer)
     except BaseException as exc:
         if writer is not None:
             writer.close()  # before the lock goes: its descriptor's close drops SQLite's locks

@@ -24,6 +24,7 @@ __all__ = [
     "INSERT_ENTRY",
     "INSERT_SESSION",
     "LIST_HEADERS",
+    "LIST_KEYS",
     "LIST_PARTICIPANTS",
     "PREFIX_BOUNDS",
     "PUT_CREDENTIAL",
@@ -43,11 +44,12 @@ __all__ = [
 
 _HEADER_COLUMNS: Final = (
     "session_id, workspace, name, agent_id, created_at, epoch, format_version, "
-    "parent_session_id, seed_length, revision, ended_at, ended_at_ms, reason, deleted_by"
+    "parent_session_id, seed_length, revision, ended_at, ended_at_ms, reason, deleted_by, "
+    "vault_ids"
 )
 INSERT_SESSION: Final = (
     f"INSERT OR IGNORE INTO sessions ({_HEADER_COLUMNS}, head, first_seq) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 SELECT_HEADER: Final = f"SELECT {_HEADER_COLUMNS} FROM sessions WHERE session_id = ?"
 LIST_HEADERS: Final = (
@@ -122,3 +124,5 @@ DUE_DEADLINES: Final = (
 )
 PUT_CREDENTIAL: Final = "INSERT OR REPLACE INTO credentials (digest, record) VALUES (?, ?)"
 GET_CREDENTIAL: Final = "SELECT record FROM credentials WHERE digest = ?"
+# The msgpack of ``"kind": "key"`` (a record's map entry): keys without decoding every token.
+LIST_KEYS: Final = "SELECT record FROM credentials WHERE instr(record, X'a46b696e64a36b6579') > 0"

@@ -73,6 +73,7 @@ from .statements import (
     HAS_TOMBSTONE,
     INSERT_SESSION,
     LIST_HEADERS,
+    LIST_KEYS,
     LIST_PARTICIPANTS,
     PREFIX_BOUNDS,
     PUT_CREDENTIAL,
@@ -537,3 +538,21 @@ class SqliteStore(Store):
     async def get_credential(self, digest: str) -> Credential | None:
         row = await self._read(lambda db: db.execute(GET_CREDENTIAL, (digest,)).fetchone())
         return None if row is None else decode_credential(row[0])
+
+    async def list_keys(self) -> list[Credential]:
+        rows = await self._read(lambda db: db.execute(LIST_KEYS).fetchall())
+        records = (decode_credential(row[0]) for row in rows)
+        return [record for record in records if record.kind == "key"]
+
+    async def touch_credential(self, digest: str, at_ms: int) -> None:
+        def apply(db: sqlite3.Connection) -> None:
+            # On the writer thread: no other write of the record can fall between the read
+            # and the write, so a revocation is never undone.
+            row = db.execute(GET_CREDENTIAL, (digest,)).fetchone()
+            if row is None:
+                return
+            record = decode_credential(row[0])
+            record.last_used_ms = at_ms
+            db.execute(PUT_CREDENTIAL, (digest, encode_record(record)))
+
+        await self._write(apply)
