@@ -1,0 +1,218 @@
+"""``--generate N``: N random sessions against one master, each judged against the model.
+
+Sessions run one after another, each with its own session id; a failing session is shrunk
+(:mod:`.shrink`) and reported as its minimal session's wire transcript with the first
+disagreement marked, and the seed and index that reproduce it. Every session becomes a
+:class:`~conformance.runner.Result` (a MUST: the model states MUST rules only), so the summary,
+``--json``, ``--junit`` and ``--html`` carry generated failures like the hand-written ones.
+
+Transcripts are compared across runs in their *normalized* form (:func:`normalized`): the
+session id, the master's URLs, timestamps and every UUID (numbered in order of appearance)
+are replaced, so two runs with one seed print the same text.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+import aiohttp
+
+from ..case import Case
+from ..runner import Result, Target
+from ..transcript import Transcript
+from .drive import DISAGREEMENT, Played, play
+from .generator import generate
+from .shrink import shrink
+from .steps import Step
+
+__all__ = [
+    "SECTION",
+    "Generated",
+    "normalized",
+    "reproduce",
+    "run_generated",
+]
+
+SECTION: Final = "generated"
+_SPEC: Final = "generated sessions (reference model: rawp-notes §5–§9, RAWP 1.0.2 §7)"
+_UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_TIME: Final = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
+_EPOCH: Final = re.compile(r'"epoch":"[^"]*"')
+_SECONDS: Final = re.compile(r"\d+\.\d+s\b")
+
+
+@dataclass
+class Generated:
+    """One generated session: its steps, its verdict and, when it failed, its minimal form."""
+
+    seed: int
+    index: int
+    steps: list[Step]
+    played: Played
+    session_id: str
+    minimal: list[Step] = field(default_factory=list)
+    minimal_played: Played | None = None
+    minimal_session_id: str = ""
+    tries: int = 0
+
+    @property
+    def case_id(self) -> str:
+        """``generated/<seed>-<index>``."""
+        return f"{SECTION}/{self.seed}-{self.index}"
+
+    def report(self, target: Target) -> str:
+        """The failure as printed: reproduction, minimal steps, normalized marked transcript."""
+        played = self.minimal_played or self.played
+        steps = self.minimal if self.minimal_played is not None else self.steps
+        sid = self.minimal_session_id if self.minimal_played is not None else self.session_id
+        lines = [
+            f"{self.case_id}: {played.details}",
+            f"  reproduce: rawp conformance --generate {self.index + 1} --seed {self.seed}",
+            f"  minimal session: {len(steps)} of {len(self.steps)} steps "
+            f"({self.tries} runs to shrink)",
+        ]
+        lines += [f"    {n}. {s.describe()}" for n, s in enumerate(steps, 1)]
+        lines.append("  wire transcript (normalized):")
+        lines += [
+            ("  >>> " if DISAGREEMENT in line else "      ") + line
+            for line in normalized(played.transcript, sid, target)
+        ]
+        return "\n".join(lines)
+
+
+def normalized(transcript: Transcript, session_id: str, target: Target) -> list[str]:
+    """The transcript's events without what differs between runs (ids, times, ports)."""
+    numbers: dict[str, str] = {}
+
+    def number(match: re.Match[str]) -> str:
+        return numbers.setdefault(match.group(0), f"<id{len(numbers) + 1}>")
+
+    lines = []
+    for event in transcript.events:
+        text = event.text.replace(session_id, "<session>")
+        text = text.replace(target.ws_url, "<ws-url>").replace(target.http_url, "<http-url>")
+        text = _EPOCH.sub('"epoch":"<epoch>"', _TIME.sub("<time>", text))
+        text = _SECONDS.sub("<s>", _UUID.sub(number, text))
+        code = event.close_code if event.close_code is not None else event.http_status
+        mark = f" [{code}]" if code is not None else ""
+        lines.append(f"{event.who} {event.kind}{mark} {text}")
+    return lines
+
+
+def _session_id(seed: int, index: int, run: str) -> str:
+    return f"gen-{seed}-{index}-{run}"
+
+
+def reproduce(seed: int, index: int) -> list[Step]:
+    """The steps of session ``index`` of seed ``seed``."""
+    return generate(seed, index)
+
+
+def _case(g: Generated) -> Case:
+    async def body(ctx: object) -> None:  # generated sessions run through play(), not a body
+        raise NotImplementedError
+
+    return Case(
+        id=g.case_id,
+        level="MUST",
+        description=f"generated session {g.index} of seed {g.seed} ({len(g.steps)} steps)",
+        kill="any difference from the reference model",
+        body=body,
+        spec=_SPEC,
+    )
+
+
+def result_of(g: Generated, target: Target) -> Result:
+    """The runner's :class:`Result` for one generated session."""
+    played = g.minimal_played or g.played
+    details = g.report(target) if played.status == "FAIL" else played.details
+    if played.status == "FAIL" and g.minimal_played is not None:
+        played.transcript.add("runner", "note", f"minimal session of {g.case_id}")
+    return Result(
+        case=_case(g),
+        status=played.status,
+        details=details,
+        duration_s=0.0,
+        transcript=played.transcript,
+    )
+
+
+async def run_generated(
+    target: Target,
+    *,
+    count: int,
+    seed: int,
+    timeout: float,
+    read_timeout: float = 2.0,
+    shrink_failures: bool = True,
+    max_shrink_runs: int = 60,
+    on_result: Callable[[int, int, Generated, Result], None] | None = None,
+) -> list[Result]:
+    """Run sessions ``0 … count-1`` of ``seed``; ``on_result`` after each."""
+    results: list[Result] = []
+    async with aiohttp.ClientSession(trust_env=False) as http:
+        runner = _Runner(target, http, seed, timeout, read_timeout)
+        for index in range(count):
+            started = time.perf_counter()
+            g = await runner.session(index)
+            if g.played.status == "FAIL" and shrink_failures:
+                await runner.shrink(g, max_shrink_runs)
+            result = result_of(g, target)
+            result.duration_s = time.perf_counter() - started
+            results.append(result)
+            if on_result is not None:
+                on_result(index + 1, count, g, result)
+    return results
+
+
+class _Runner:
+    def __init__(
+        self,
+        target: Target,
+        http: aiohttp.ClientSession,
+        seed: int,
+        timeout: float,
+        read_timeout: float,
+    ) -> None:
+        self.target = target
+        self.http = http
+        self.seed = seed
+        self.timeout = timeout
+        self.read_timeout = read_timeout
+        self.run = secrets.token_hex(3)
+
+    async def play(self, steps: list[Step], session_id: str) -> Played:
+        return await play(
+            steps,
+            self.target,
+            self.http,
+            session_id=session_id,
+            timeout=self.timeout,
+            read_timeout=self.read_timeout,
+        )
+
+    async def session(self, index: int) -> Generated:
+        steps = generate(self.seed, index)
+        sid = _session_id(self.seed, index, self.run)
+        return Generated(self.seed, index, steps, await self.play(steps, sid), sid)
+
+    async def shrink(self, g: Generated, max_runs: int) -> None:
+        """Make ``g`` minimal: the shortest sub-session found that still fails."""
+
+        async def fails(candidate: list[Step]) -> bool:
+            g.tries += 1
+            attempt = _session_id(self.seed, g.index, f"{self.run}-s{g.tries}")
+            return (await self.play(candidate, attempt)).status == "FAIL"
+
+        minimal = await shrink(g.steps, fails, max_runs=max_runs)
+        # Run the minimal session once more for its transcript: a flaky failure keeps the
+        # original session's.
+        sid = _session_id(self.seed, g.index, f"{self.run}-min")
+        played = await self.play(minimal, sid)
+        if played.status == "FAIL":
+            g.minimal, g.minimal_played, g.minimal_session_id = minimal, played, sid
