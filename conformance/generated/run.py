@@ -13,12 +13,14 @@ are replaced, so two runs with one seed print the same text.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import secrets
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, TextIO
 
 import aiohttp
 
@@ -33,6 +35,7 @@ from .steps import Step
 __all__ = [
     "SECTION",
     "Generated",
+    "GeneratedProgress",
     "normalized",
     "reproduce",
     "run_generated",
@@ -83,6 +86,28 @@ class Generated:
             for line in normalized(played.transcript, sid, target)
         ]
         return "\n".join(lines)
+
+
+class GeneratedProgress:
+    """Prints a line per tenth of the run, and every session that did not pass in full."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.started = time.perf_counter()
+        self.counts: dict[str, int] = {}
+
+    def __call__(self, index: int, total: int, g: Generated, result: Result) -> None:
+        self.counts[result.status] = self.counts.get(result.status, 0) + 1
+        if result.status != "PASS":
+            print(f"{result.status} {result.details}", file=self.stream, flush=True)
+        if index == total or index % max(1, total // 10) == 0:
+            took = time.perf_counter() - self.started
+            counts = ", ".join(f"{n} {s}" for s, n in sorted(self.counts.items()))
+            print(
+                f"[{index}/{total}] {counts} — {took:.1f}s, {1000 * took / index:.1f} ms a session",
+                file=self.stream,
+                flush=True,
+            )
 
 
 def normalized(transcript: Transcript, session_id: str, target: Target) -> list[str]:
@@ -151,23 +176,50 @@ async def run_generated(
     read_timeout: float = 2.0,
     shrink_failures: bool = True,
     max_shrink_runs: int = 60,
+    concurrency: int = 8,
+    stop_on_failure: bool = False,
     on_result: Callable[[int, int, Generated, Result], None] | None = None,
 ) -> list[Result]:
-    """Run sessions ``0 … count-1`` of ``seed``; ``on_result`` after each."""
+    """Run sessions ``0 … count-1`` of ``seed``; ``on_result`` after each, in order.
+
+    ``stop_on_failure`` ends the run at the first failing session (in index order).
+    Up to ``concurrency`` sessions run at once: each has its own session id and sockets, and
+    no step of one waits on another, so running them side by side changes no verdict.
+    """
     results: list[Result] = []
     async with aiohttp.ClientSession(trust_env=False) as http:
         runner = _Runner(target, http, seed, timeout, read_timeout)
-        for index in range(count):
+
+        async def one(index: int) -> tuple[Generated, Result]:
             started = time.perf_counter()
             g = await runner.session(index)
             if g.played.status == "FAIL" and shrink_failures:
                 await runner.shrink(g, max_shrink_runs)
             result = result_of(g, target)
             result.duration_s = time.perf_counter() - started
-            results.append(result)
-            if on_result is not None:
-                on_result(index + 1, count, g, result)
+            return g, result
+
+        pending: deque[asyncio.Task[tuple[Generated, Result]]] = deque()
+        try:
+            for index in range(count + 1):
+                while pending and (len(pending) >= max(1, concurrency) or index == count):
+                    g, result = await pending.popleft()
+                    results.append(result)
+                    if on_result is not None:
+                        on_result(g.index + 1, count, g, result)
+                    if stop_on_failure and result.status == "FAIL":
+                        return results
+                if index < count and not (stop_on_failure and _failed(results)):
+                    pending.append(asyncio.create_task(one(index)))
+        finally:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
     return results
+
+
+def _failed(results: list[Result]) -> bool:
+    return bool(results) and results[-1].status == "FAIL"
 
 
 class _Runner:
