@@ -36,10 +36,12 @@ from ..wire import PRESENCE
 from .model import CLIENT, Backlog, Hello, Model, Outcome, Refusal
 from .steps import OBSERVER, SESSION_PLACEHOLDER, Step
 
-__all__ = ["DISAGREEMENT", "Played", "play"]
+__all__ = ["DISAGREEMENT", "END_OF_SESSION", "Played", "play"]
 
 DISAGREEMENT: Final = "✗ first disagreement"
 """How the transcript marks the exchange where the master and the model first differ."""
+END_OF_SESSION: Final = "end of the session: its sessions are deleted and its sockets closed"
+"""Marks where the session ends in its transcript and the cleanup (not judged) begins."""
 _NAME: Final = "generated"
 _POLL_S: Final = 0.005
 
@@ -89,6 +91,7 @@ async def play(
         ctx.transcript.add("runner", "note", f"{DISAGREEMENT}: {message}")
         return Played("FAIL", message, ctx.transcript, step=game.index)
     finally:
+        ctx.transcript.add("runner", "note", END_OF_SESSION)
         try:
             await ctx.cleanup()
         except Exception:

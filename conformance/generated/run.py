@@ -27,7 +27,7 @@ import aiohttp
 from ..case import Case
 from ..runner import Result, Target
 from ..transcript import Transcript
-from .drive import DISAGREEMENT, Played, play
+from .drive import DISAGREEMENT, END_OF_SESSION, Played, play
 from .generator import generate
 from .shrink import shrink
 from .steps import Step
@@ -46,6 +46,7 @@ _SPEC: Final = "generated sessions (reference model: rawp-notes §5–§9, RAWP 
 _UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _TIME: Final = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
 _EPOCH: Final = re.compile(r'"epoch":"[^"]*"')
+_ACK: Final = '"type":"connection.ack"'
 _SECONDS: Final = re.compile(r"\d+\.\d+s\b")
 
 
@@ -111,7 +112,8 @@ class GeneratedProgress:
 
 
 def normalized(transcript: Transcript, session_id: str, target: Target) -> list[str]:
-    """The transcript's events without what differs between runs (ids, times, ports)."""
+    """The session's events without what differs between runs: ids, times, ports, the
+    master's acks (their batching is its own) and the cleanup after the session."""
     numbers: dict[str, str] = {}
 
     def number(match: re.Match[str]) -> str:
@@ -119,6 +121,10 @@ def normalized(transcript: Transcript, session_id: str, target: Target) -> list[
 
     lines = []
     for event in transcript.events:
+        if event.kind == "note" and event.text == END_OF_SESSION:
+            break  # the cleanup's closes race the master's: not part of the session
+        if event.kind == "recv" and _ACK in event.text:
+            continue  # when and how many acks arrive is the master's business (notes §16.3)
         text = event.text.replace(session_id, "<session>")
         text = text.replace(target.ws_url, "<ws-url>").replace(target.http_url, "<http-url>")
         text = _EPOCH.sub('"epoch":"<epoch>"', _TIME.sub("<time>", text))

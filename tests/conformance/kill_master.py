@@ -2,10 +2,10 @@
 
 ``python -m tests.conformance.kill_master CASE_ID FILE`` applies the kill of ``CASE_ID``
 (:data:`tests.conformance.kills.KILLS`; ``none`` for the master as it is), starts a master on
-ephemeral ports with a 30 s reattach window and writes its URLs (JSON) to FILE; it serves
-until it is terminated. Generated conformance needs the master in another process: its
-reference model folds frames with ``protocol.state``'s table, which some kills patch — in one
-process the model would be broken by the same kill and agree with the master.
+ephemeral ports with a 30 s reattach window and a 10 s hello timeout and writes its URLs (JSON)
+to FILE; it serves until it is terminated. Generated conformance needs the master in another
+process: its reference model folds frames with ``protocol.state``'s table, which some kills
+patch — in one process the model would be broken by the same kill and agree with the master.
 :func:`killed_master` starts one and stops it.
 """
 
@@ -48,7 +48,9 @@ async def _serve(case_id: str, urls_file: str) -> None:
     mp = pytest.MonkeyPatch()
     if case_id != "none":
         KILLS[case_id](mp)
-    master = Master(conformance_settings(reattach_window_s=GENERATED_WINDOW_S))
+    master = Master(
+        conformance_settings(reattach_window_s=GENERATED_WINDOW_S, hello_timeout_s=10.0)
+    )
     await master.start()
     _write_urls(urls_file, {"ws": master.ws_url, "http": master.http_url})
     stop = asyncio.Event()
