@@ -79,6 +79,8 @@ class Expected:
     message_id: str | None = None
     exact: bool = False
     synthetic: bool = False
+    absent: tuple[str, ...] = ()
+    """Payload keys that must not be there."""
 
     def describe(self) -> str:
         """``type(key=value, …)`` with what identifies it."""
@@ -126,6 +128,9 @@ class Expected:
         for key, value in self.payload.items():
             if payload.get(key) != value:
                 return f"payload.{key} = {payload.get(key)!r}, expected {value!r}"
+        for key in self.absent:
+            if key in payload:
+                return f"payload.{key} = {payload[key]!r}, expected none"
         return None
 
 
@@ -259,10 +264,16 @@ class Model:
             if member.ident != sender or echo:
                 outcome.deliveries.setdefault(member.name, []).append(logged)
 
-    def _error(self, outcome: Outcome, member: Member, code: str) -> None:
-        expected = Expected(
-            "session.error", {"error_code": code, "fatal": False}, role="master", entry=None
-        )
+    def _error(
+        self, outcome: Outcome, member: Member, code: str, refused: str | None = None
+    ) -> None:
+        """A refusal names its frame (``ref_message_id``, notes §16.3); a warning about a frame
+        that was accepted names none."""
+        payload: dict[str, Any] = {"error_code": code, "fatal": False}
+        if refused is not None:
+            payload["ref_message_id"] = refused
+        absent = () if refused is not None else ("ref_message_id",)
+        expected = Expected("session.error", payload, role="master", absent=absent)
         outcome.deliveries.setdefault(member.name, []).append(expected)
 
     def _backlog(self, member: Member, start: int) -> Backlog | Refusal:
@@ -332,7 +343,7 @@ class Model:
             before = copy.deepcopy(self.state) if ending else self.state
             warnings = fold(self.state, frame, role)
         except ProtocolError as exc:
-            self._error(outcome, member, exc.code)
+            self._error(outcome, member, exc.code, refused=step.message_id)
             return outcome
         effect = effect_of(frame, role)
         for warning in warnings:

@@ -39,6 +39,13 @@ class Step:
     resume: bool = False
     note: str = ""
 
+    @property
+    def message_id(self) -> str | None:
+        """The ``message_id`` of the frame a ``send`` step sends."""
+        data: Any = json.loads(self.frame) if self.frame else {}
+        value = data.get("message_id") if isinstance(data, dict) else None
+        return value if isinstance(value, str) else None
+
     def text(self, session_id: str) -> str:
         """The frame's text for the session ``session_id``."""
         return self.frame.replace(SESSION_PLACEHOLDER, session_id)
