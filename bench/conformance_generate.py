@@ -3,7 +3,7 @@
 ``python -m bench conformance_generate [--quick]`` (``make bench ARGS=conformance_generate``):
 
 1. **speed** — our master (in its own process, a 30 s reattach window) and ``--generate``'s
-   runner: N sessions of seed 1 (2,000; 300 with ``--quick``), the time per 1,000 sessions and
+   runner: N sessions of seed 1 (1,000; 200 with ``--quick``), the time per 1,000 sessions and
    the verdicts (every one must PASS). The full aim is ``rawp conformance --generate 10000``.
 2. **kills** — for every hand-written case's kill (``tests/conformance/kills.py``) the
    generator can reach, our master with that kill applied and ``--generate 500`` (100 with
@@ -108,7 +108,7 @@ async def _kill(case_id: str, count: int) -> dict[str, Any]:
 
 
 async def _run(quick: bool) -> dict[str, Any]:
-    speed = await _speed(300 if quick else 2000)
+    speed = await _speed(200 if quick else 1000)
     per_kill = 100 if quick else 500
     kills: dict[str, Any] = {}
     for case_id in sorted(KILLS):
