@@ -112,6 +112,8 @@ class _Game:
         self.window_s = 0.0
         self.heartbeat_s = 0.0
         self.model: Model | None = None
+        self.size = 0
+        """Bytes of the last frame read (as delivered)."""
 
     # --- verdicts ------------------------------------------------------------------------
 
@@ -418,5 +420,3 @@ class _Game:
             if frames or peer.close_code != code:
                 got = ", ".join(describe(f) for f in frames) or "nothing more"
                 self.disagree(f"{name}: expected close {code}; got {got}, close {peer.close_code}")
-
-    size = 0

@@ -9,8 +9,9 @@ reattaches with each buffer policy, takeovers, new edges (with and without a bac
 second client, renames, deletions. Everything random comes from one ``random.Random`` seeded
 by ``(seed, index)``: ids, names and timestamps included, so a seed is a reproduction.
 
-``user.message`` is sent only while no turn is open, so no session depends on what a master
-does with a message that arrives during a turn.
+``user.message`` is sent only while no turn is open, and once per completed turn, so no
+session depends on what a master does with a message that arrives while the agent may still be
+answering another.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ class _Generator:
         self.model = Model(SESSION_PLACEHOLDER, capacity=1 << 20, name=_NAME, sizes=False)
         self.blocks = 0
         self.names = 0
+        self.message_turns = -1
+        """``turns_completed`` when the last user.message was drawn."""
 
     # --- ids -----------------------------------------------------------------------------
 
@@ -225,6 +228,12 @@ class _Generator:
         payload = {"block_id": block, "delta": "x" * self.rng.randint(1, 40)}
         return self.send(CLIENT, f"agent.{kind}.delta", payload, "valid")
 
+    def message(self, actor: str, text: dict[str, Any]) -> Step:
+        # One message per turn, sent while no turn is open: never a second message while the
+        # agent may still be answering the first.
+        self.message_turns = self.model.state.turns_completed
+        return self.send(actor, "user.message", text, "valid")
+
     def rename(self, actor: str, by: str, note: str) -> Step:
         self.names += 1
         payload = {
@@ -389,9 +398,9 @@ class _Generator:
             ),
             (0.3, lambda: self.rename(actor, "client", "invalid_frame: renamed_by")),
         ]
-        if s.turn_id is None:
+        if s.turn_id is None and s.turns_completed > self.message_turns:
             text = {"text": "hello " * self.rng.randint(1, 5)}
-            options.append((2.0, lambda: self.send(actor, "user.message", text, "valid")))
+            options.append((2.0, lambda: self.message(actor, text)))
         if s.pending_interactions:
             pending = self.rng.choice(sorted(s.pending_interactions))
             answer = {"interaction_id": pending, "response": "yes"}

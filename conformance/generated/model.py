@@ -50,6 +50,7 @@ from .steps import OBSERVER, Step
 
 __all__ = [
     "CLIENT",
+    "Backlog",
     "Entry",
     "Expected",
     "Hello",
@@ -185,9 +186,6 @@ class Hello:
     received_last: str | None = None
     superseded: bool = False
     """The member's current socket is taken over: closed 4409 before the welcome."""
-    policy: Policy | None = None
-    capacity: int | None = None
-    resume: bool = False
 
 
 @dataclass(frozen=True)
@@ -416,8 +414,6 @@ class Model:
             backlog=backlog,
             received_last=member.last_sent,
             superseded=superseded,
-            policy=step.policy,
-            capacity=step.capacity,
         )
         return Outcome(hello=hello)
 
@@ -433,13 +429,7 @@ class Model:
         if isinstance(backlog, Refusal):
             return backlog
         member.cursor = len(self.log)
-        hello = self._welcome(
-            member,
-            backlog=backlog,
-            policy=step.policy,
-            capacity=step.capacity,
-            resume=step.resume,
-        )
+        hello = self._welcome(member, backlog=backlog)
         return Outcome(hello=hello)
 
     def _second_client(self, step: Step) -> Outcome | None:

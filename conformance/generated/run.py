@@ -37,7 +37,6 @@ __all__ = [
     "Generated",
     "GeneratedProgress",
     "normalized",
-    "reproduce",
     "run_generated",
 ]
 
@@ -137,11 +136,6 @@ def normalized(transcript: Transcript, session_id: str, target: Target) -> list[
 
 def _session_id(seed: int, index: int, run: str) -> str:
     return f"gen-{seed}-{index}-{run}"
-
-
-def reproduce(seed: int, index: int) -> list[Step]:
-    """The steps of session ``index`` of seed ``seed``."""
-    return generate(seed, index)
 
 
 def _case(g: Generated) -> Case:
