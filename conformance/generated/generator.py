@@ -78,6 +78,13 @@ class _Generator:
     def send(
         self, actor: str, type_: str, payload: dict[str, Any], note: str, **extra: Any
     ) -> Step:
+        roll = self.rng.random()
+        if roll < 0.08:  # an unknown envelope key travels untouched (notes §3)
+            extra["x_trace"] = f"t-{self.rng.randint(0, 999)}"
+        elif roll < 0.12:  # a stamp the sender made up: the master stamps its own (notes §3)
+            extra["sender"] = {"role": "master", "participant_id": "made-up"}
+            extra["seq"] = 99999
+            note += ", with a forged sender and seq"
         return Step("send", actor, self.frame(type_, payload, **extra), note=note)
 
     # --- the session ---------------------------------------------------------------------
@@ -397,7 +404,30 @@ class _Generator:
                 ),
             ),
             (0.3, lambda: self.rename(actor, "client", "invalid_frame: renamed_by")),
+            (
+                0.3,
+                lambda: self.send(
+                    actor,
+                    "agent.interaction.cancel",
+                    {"interaction_id": self.uuid()},
+                    "direction: only the client withdraws",
+                ),
+            ),
         ]
+        withdrawn = sorted(s.interaction_ids - set(s.pending_interactions))
+        if withdrawn:
+            late = {"interaction_id": self.rng.choice(withdrawn), "response": "too late"}
+            options.append(
+                (
+                    0.8,
+                    lambda: self.send(
+                        actor,
+                        "control.interaction.response",
+                        late,
+                        "interaction_state: answered or withdrawn",
+                    ),
+                )
+            )
         if s.turn_id is None and s.turns_completed > self.message_turns:
             text = {"text": "hello " * self.rng.randint(1, 5)}
             options.append((2.0, lambda: self.message(actor, text)))

@@ -82,6 +82,8 @@ class Expected:
     synthetic: bool = False
     absent: tuple[str, ...] = ()
     """Payload keys that must not be there."""
+    keys: tuple[tuple[str, Any], ...] = ()
+    """Envelope keys the sender added beyond the envelope's own, relayed untouched (notes §3)."""
 
     def describe(self) -> str:
         """``type(key=value, …)`` with what identifies it."""
@@ -119,6 +121,9 @@ class Expected:
         synthetic = isinstance(metadata, dict) and metadata.get("synthetic") is True
         if synthetic != self.synthetic:
             return "metadata.synthetic " + ("set" if synthetic else "missing")
+        for key, value in self.keys:
+            if frame.get(key) != value:
+                return f"envelope key {key} = {frame.get(key)!r}, expected {value!r} (relayed)"
         payload = frame.get("payload")
         if not isinstance(payload, dict):
             return "no payload object"
@@ -256,6 +261,8 @@ class Model:
             message_id=expected.message_id,
             exact=expected.exact,
             synthetic=expected.synthetic,
+            absent=expected.absent,
+            keys=expected.keys,
         )
         self.log.append(Entry(logged, sender, echo=echo))
         for member in self.attached():
@@ -359,6 +366,7 @@ class Model:
             role=member.role,
             message_id=frame.message_id,
             exact=True,
+            keys=tuple((k, v) for k, v in raw.items() if k.startswith("x_")),
         )
         self._log(outcome, relayed, member.ident, echo=effect is Effect.RENAME)
         if effect is Effect.END_WITH_ERROR:

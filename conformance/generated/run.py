@@ -173,7 +173,7 @@ async def run_generated(
     count: int,
     seed: int,
     timeout: float,
-    read_timeout: float = 2.0,
+    read_timeout: float = 5.0,
     shrink_failures: bool = True,
     max_shrink_runs: int = 60,
     concurrency: int = 8,
@@ -181,6 +181,9 @@ async def run_generated(
     on_result: Callable[[int, int, Generated, Result], None] | None = None,
 ) -> list[Result]:
     """Run sessions ``0 … count-1`` of ``seed``; ``on_result`` after each, in order.
+
+    ``read_timeout`` bounds the wait for one expected frame or close: a master that sends
+    nothing fails the session after it, so it is generous (a loaded machine is slow, not wrong).
 
     ``stop_on_failure`` ends the run at the first failing session (in index order).
     Up to ``concurrency`` sessions run at once: each has its own session id and sockets, and
