@@ -74,7 +74,12 @@ async def play(
     timeout: float,
     read_timeout: float,
 ) -> Played:
-    """Run ``steps`` as session ``session_id``; never raises (but cancellation)."""
+    """Run ``steps`` as session ``session_id``; never raises (but cancellation).
+
+    ``timeout`` is per step: the session may take ``timeout`` × (its steps + 2, for the
+    setup and the final rename). ``read_timeout`` bounds the wait for one frame or close.
+    """
+    timeout *= len(steps) + 2
     ctx = Context(target=target, http_session=http, session_id=session_id, timeout=timeout)
     game = _Game(ctx, steps, read_timeout)
     try:

@@ -182,6 +182,7 @@ async def run_generated(
 ) -> list[Result]:
     """Run sessions ``0 … count-1`` of ``seed``; ``on_result`` after each, in order.
 
+    ``timeout`` bounds one step of a session (the session: its steps + 2 times that);
     ``read_timeout`` bounds the wait for one expected frame or close: a master that sends
     nothing fails the session after it, so it is generous (a loaded machine is slow, not wrong).
 
