@@ -67,7 +67,15 @@ class CaseFailed(Exception):
 
 
 class CaseSkipped(Exception):
-    """The case cannot run against this master (its configuration); the message says why."""
+    """The case cannot run against this master (its configuration); the message says why.
+
+    ``setting`` names the master setting or runner flag that would let it run (for the
+    summary), when there is one.
+    """
+
+    def __init__(self, reason: str, *, setting: str = "") -> None:
+        super().__init__(reason)
+        self.setting = setting
 
 
 def fail(message: str) -> None:
@@ -81,9 +89,10 @@ def expect(condition: object, message: str) -> None:
         raise CaseFailed(message)
 
 
-def skip(reason: str) -> None:
-    """Skip the running case (only where the master's configuration makes it impossible)."""
-    raise CaseSkipped(reason)
+def skip(reason: str, *, setting: str = "") -> None:
+    """Skip the running case (only where the master's configuration makes it impossible);
+    ``setting``: what would let it run (``a reattach window of at most 4 s``)."""
+    raise CaseSkipped(reason, setting=setting)
 
 
 def spec_reference(case_id: str) -> str:

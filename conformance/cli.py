@@ -6,7 +6,7 @@
                      [--other-workspace-key KEY] [--json FILE] [--junit FILE] [--html FILE]
                      [--only PATTERN]... [--skip PATTERN]...
                      [--expected-failures FILE] [--timeout SECONDS] [--hello-timeout SECONDS]
-                     [--list]
+                     [--list] [--generate N [--seed S]]
 
 Exit status: 0 when every MUST passed (or is listed in --expected-failures), 1 when a MUST
 failed, 2 for usage errors (bad flags, unreadable files, no case selected, master unreachable).
@@ -19,6 +19,7 @@ import asyncio
 import datetime as dt
 import fnmatch
 import os
+import secrets
 import sys
 import time
 from collections.abc import Sequence
@@ -28,6 +29,7 @@ from websockets.asyncio.client import connect
 from websockets.typing import Subprotocol
 
 from .case import Case, all_cases
+from .generated.run import GeneratedProgress, run_generated
 from .report import Progress, Report, read_expected_failures
 from .runner import Prerequisite, Target, run_cases
 
@@ -99,6 +101,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "does not fit in --timeout",
     )
     a("--list", action="store_true", help="list the selected cases and exit")
+    a(
+        "--generate",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead of the hand-written cases, run N random sessions judged against the "
+        "reference model (failures are shrunk and printed with their wire transcript)",
+    )
+    a(
+        "--seed",
+        type=int,
+        default=None,
+        metavar="S",
+        help="the seed of --generate (default: a random one, printed); one seed, one run",
+    )
 
 
 def select(cases: Sequence[Case], only: Sequence[str], skip: Sequence[str]) -> list[Case]:
@@ -129,11 +146,14 @@ async def main_async(
     err = sys.stderr if err is None else err
     registered = all_cases()
     cases = select(registered, args.only, args.skip)
+    if args.generate < 0:
+        print("rawp conformance: --generate must be 0 or more", file=err)
+        return USAGE_ERROR
     if args.list:
         for c in cases:
             print(f"{c.id:<48} {c.level:<6} {c.description}{_relies(c)}", file=out)
         return 0
-    if not cases:
+    if not cases and not args.generate:
         print("rawp conformance: no case matches --only/--skip", file=err)
         return USAGE_ERROR
     api_key: str = args.api_key or os.environ.get("RAWP_API_KEY") or ""
@@ -168,18 +188,34 @@ async def main_async(
     if problem:
         print(f"rawp conformance: cannot reach {target.ws_url}: {problem}", file=err)
         return USAGE_ERROR
-    print(f"RAWP conformance: {len(cases)} cases against {target.ws_url}", file=out, flush=True)
     started_at = dt.datetime.now(dt.UTC)
     started = time.perf_counter()
     prerequisites: dict[str, Prerequisite] = {}
-    results = await run_cases(
-        target,
-        cases,
-        timeout=args.timeout,
-        expected_failures=expected,
-        on_result=Progress(out),
-        features=prerequisites,
-    )
+    if args.generate:
+        seed = args.seed if args.seed is not None else secrets.randbelow(1 << 31)
+        print(
+            f"RAWP conformance: {args.generate} generated sessions (seed {seed}) against "
+            f"{target.ws_url}",
+            file=out,
+            flush=True,
+        )
+        results = await run_generated(
+            target,
+            count=args.generate,
+            seed=seed,
+            timeout=args.timeout,
+            on_result=GeneratedProgress(out),
+        )
+    else:
+        print(f"RAWP conformance: {len(cases)} cases against {target.ws_url}", file=out, flush=True)
+        results = await run_cases(
+            target,
+            cases,
+            timeout=args.timeout,
+            expected_failures=expected,
+            on_result=Progress(out),
+            features=prerequisites,
+        )
     report = Report(
         target=target,
         results=results,

@@ -123,6 +123,7 @@ class Report:
         counts = self.counts()
         cells = "  ".join(f"{counts[s]:>4}" for s in STATUSES)
         lines.append(f"{'total':<{width}}  {len(self.results):>5}  {cells}")
+        lines += ["", *self.by_level()]
         failing = [r for r in self.results if r.status in ("FAIL", "WARN")]
         if failing:
             lines += ["", "Not passing:"]
@@ -141,6 +142,7 @@ class Report:
         if skipped:
             lines += ["", "Skipped:"]
             lines += [f"  {r.case.id}: {r.details}" for r in skipped]
+            lines += self.settings_for_skipped()
         if self.stale:
             lines += ["", "Stale expected failures (now passing; remove them from the file):"]
             lines += [f"  {case_id}" for case_id in self.stale]
@@ -148,13 +150,44 @@ class Report:
             lines += ["", "Expected failures that name no case:"]
             lines += [f"  {case_id}" for case_id in self.unknown_expected]
         must = sum(1 for r in self.results if r.blocking)
+        must_skipped = sum(1 for r in self.results if r.status == "SKIP" and r.case.level == "MUST")
         verdict = (
             f"FAILED: {must} MUST case(s) failed"
             if must
+            else f"OK: every MUST that ran passed; {must_skipped} MUST case(s) skipped"
+            if must_skipped
             else "OK: every MUST passed (or is an expected failure)"
         )
         lines += ["", f"{verdict} — {self.duration_s:.1f}s"]
         return "\n".join(lines)
+
+    def by_level(self) -> list[str]:
+        """PASS / FAIL / WARN / SKIP counted per level (MUST, SHOULD)."""
+        lines = ["By level:"]
+        for level in ("MUST", "SHOULD"):
+            results = [r for r in self.results if r.case.level == level]
+            if results:
+                counts = self.counts(results)
+                cells = ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s] or s != "WARN")
+                lines.append(f"  {level:<6} {len(results):>5} cases: {cells}")
+        return lines
+
+    def settings_for_skipped(self) -> list[str]:
+        """The settings that would run the skipped cases, each with the cases it would run."""
+        wanted: dict[str, list[str]] = {}
+        for r in self.results:
+            if r.status != "SKIP":
+                continue
+            if r.setting:
+                wanted.setdefault(r.setting, []).append(r.case.id)
+            for feature in r.missing:
+                wanted.setdefault(f"a master that offers {feature}", []).append(r.case.id)
+        if not wanted:
+            return []
+        lines = ["", "Settings that would run the skipped cases:"]
+        for setting, ids in wanted.items():
+            lines.append(f"  {setting}: {', '.join(ids)}")
+        return lines
 
     # --- JSON ------------------------------------------------------------------------------
 
@@ -169,6 +202,10 @@ class Report:
             "exit_code": self.exit_code,
             "summary": {
                 **self.counts(),
+                "by_level": {
+                    level: self.counts([r for r in self.results if r.case.level == level])
+                    for level in ("MUST", "SHOULD")
+                },
                 "total": len(self.results),
                 "must_failures": sum(1 for r in self.results if r.blocking),
                 "expected_failures": sum(
@@ -290,6 +327,8 @@ def _case_json(r: Result) -> dict[str, Any]:
         "uses": list(r.case.uses),
         "missing_prerequisites": list(r.missing),
     }
+    if r.setting:
+        out["would_run_with"] = r.setting
     if r.status != "PASS":
         out["transcript"] = r.transcript.to_json()
     return out

@@ -94,6 +94,8 @@ class Result:
     transcript: Transcript = field(default_factory=Transcript)
     missing: tuple[str, ...] = ()
     """Features the case relies on that the master lacks (skipped or fell back)."""
+    setting: str = ""
+    """For a SKIP: the master setting or runner flag that would let the case run."""
 
     @property
     def blocking(self) -> bool:
@@ -482,6 +484,7 @@ async def run_case(
     status: Status
     needed = [name for name in case.needs if name in missing]
     skipped_for: tuple[str, ...] = ()
+    setting = ""
     try:
         if needed:
             reasons = "; ".join(f"{n}: {features.found[n].details}" for n in needed)
@@ -493,7 +496,7 @@ async def run_case(
         status, details = "SKIP", str(exc)
         skipped_for = exc.features
     except CaseSkipped as exc:
-        status, details = "SKIP", str(exc)
+        status, details, setting = "SKIP", str(exc), exc.setting
     except CaseFailed as exc:
         status, details = "FAIL", str(exc)
     except TimeoutError:
@@ -519,6 +522,7 @@ async def run_case(
         expected_failure=expected_failure,
         transcript=ctx.transcript,
         missing=tuple(dict.fromkeys((*missing, *skipped_for))),
+        setting=setting,
     )
 
 

@@ -166,7 +166,8 @@ async def hello_timeout(ctx: Context) -> None:
     if wait + 1.0 > ctx.remaining():
         skip(
             f"the master's handshake timeout ({wait:g}s, --hello-timeout) does not fit in the "
-            f"per-case timeout ({ctx.timeout:g}s)"
+            f"per-case timeout ({ctx.timeout:g}s)",
+            setting=f"--timeout of at least {wait + 1.0:g}s (or a shorter hello timeout)",
         )
     peer = await ctx.connect(label="socket")
     await peer.expect_close(what=f"close 4408 after {wait:g}s without a hello")
@@ -431,7 +432,9 @@ def _window_s(ctx: Context, peer: Any) -> float:
     if window + 1.0 > ctx.remaining():
         skip(
             f"the master's reattach window ({window_ms} ms) does not fit in the per-case "
-            f"timeout ({ctx.timeout:g}s); start the master with a shorter window to run it"
+            f"timeout ({ctx.timeout:g}s); start the master with a shorter window to run it",
+            setting=f"a reattach window of at most {max(ctx.timeout - 1.0, 0):g}s "
+            f"(or --timeout of at least {window + 1.0:g}s)",
         )
     return window
 

@@ -74,7 +74,9 @@ async def cleanup_order_expiry(ctx: Context) -> None:
     if window_ms / 1000 + 1.0 > ctx.remaining():
         skip(
             f"the master's reattach window ({window_ms} ms) does not fit in the per-case "
-            f"timeout ({ctx.timeout:g}s); start the master with a shorter window to run it"
+            f"timeout ({ctx.timeout:g}s); start the master with a shorter window to run it",
+            setting=f"a reattach window of at most {max(ctx.timeout - 1.0, 0):g}s "
+            f"(or --timeout of at least {window_ms / 1000 + 1.0:g}s)",
         )
     state.client.drop()
     edge = state.edges[0]

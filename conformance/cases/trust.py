@@ -142,7 +142,8 @@ async def other_workspace_absent(ctx: Context) -> None:
     if not other:
         skip(
             "missing prerequisite: an API key of a second workspace of this master "
-            "(--other-workspace-key or RAWP_OTHER_WORKSPACE_KEY)"
+            "(--other-workspace-key or RAWP_OTHER_WORKSPACE_KEY)",
+            setting="--other-workspace-key (an API key of a second workspace)",
         )
     await ctx.client()
     unused = ctx.new_session_id()

@@ -96,6 +96,9 @@ class Attacher:
             # Takeover: fence the older generation; no finalization (notes §15.6).
             previous.fence()
             previous.close_soon(_SUPERSEDED, "superseded by a newer connection")
+            # Its cursor lives in memory (what was written to it, or its acks); the record
+            # read from the store holds the one of its attach: the backlog would repeat it all.
+            record.cursor = max(record.cursor, previous.record.cursor)
         record.generation += 1
         record.attached = True
         record.node_id = settings.node_id
@@ -116,7 +119,9 @@ class Attacher:
             cursor = record.cursor
         if cursor is not None:
             resume_id = p.resume.last_message_id if p.resume is not None else None
-            participant.outbox.put(await self._backlog(participant, cursor, resume_id, read_ahead))
+            covered = core.head  # the backlog's end: once it is written, the cursor is there
+            backlog = await self._backlog(participant, cursor, resume_id, read_ahead)
+            participant.outbox.put(backlog, covered)
             record.cursor = max(min(cursor, core.head), record.cursor if resumed else 0)
         else:
             record.cursor = core.head

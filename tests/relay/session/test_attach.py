@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -64,3 +65,62 @@ async def test_a_client_whose_record_cannot_be_written_leaves_the_session_client
     assert again.participant_id != refused[0]
     assert session.client_id == again.participant_id
     await again.close()
+
+
+async def _detached(master: Master, session_id: str, participant_id: str) -> None:
+    """Until the session no longer holds ``participant_id`` attached."""
+    async with asyncio.timeout(5.0):
+        while participant_id in master.hub.sessions[session_id].participants:
+            await asyncio.sleep(0.005)
+
+
+async def test_a_takeover_does_not_repeat_what_the_superseded_socket_was_sent(
+    master: Master,
+) -> None:
+    """The backlog after a takeover starts where the older connection's writes stopped."""
+    client = await Peer.open(master.ws_url, "s-takeover", token=API_KEY, create=True)
+    edge = await Peer.open(master.ws_url, "s-takeover", role="edge", token=API_KEY, presence=False)
+    for n in range(3):
+        await client.send("agent.text.delta", {"block_id": "b", "delta": str(n)})
+    for _ in range(3):
+        assert (await edge.recv())["type"] == "agent.text.delta"
+    again = await Peer.open(
+        master.ws_url,
+        "s-takeover",
+        role="edge",
+        token=API_KEY,
+        participant_id=edge.participant_id,
+        presence=False,
+    )
+    history = await again.recv_type("session.history")
+    assert history["payload"]["frames"] == []
+    assert history["payload"]["buffer_status"]["lost_frame_count"] == 0
+    await again.close()
+    await client.close()
+
+
+async def test_a_backlog_once_sent_is_not_sent_or_counted_lost_again(master: Master) -> None:
+    """After a reattach, the next reattach's backlog starts after the previous backlog."""
+    client = await Peer.open(master.ws_url, "s-twice", token=API_KEY, create=True)
+    edge = await Peer.open(master.ws_url, "s-twice", role="edge", token=API_KEY, presence=False)
+    pid = edge.participant_id
+    await edge.close()
+    await _detached(master, "s-twice", pid)
+    for n in range(2):
+        await client.send("agent.text.delta", {"block_id": "b", "delta": str(n)})
+    for buffer, frames, lost in (({"policy": "RING", "capacity_bytes": 0}, 0, 2), (None, 0, 0)):
+        back = await Peer.open(
+            master.ws_url,
+            "s-twice",
+            role="edge",
+            token=API_KEY,
+            participant_id=pid,
+            buffer=buffer,
+            presence=False,
+        )
+        history = await back.recv_type("session.history")
+        assert len(history["payload"]["frames"]) == frames
+        assert history["payload"]["buffer_status"]["lost_frame_count"] == lost
+        await back.close()
+        await _detached(master, "s-twice", pid)
+    await client.close()
