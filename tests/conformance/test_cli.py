@@ -147,7 +147,7 @@ async def test_list_and_usage_errors() -> None:
     code, _, err = await _run(None, "--only", "nothing-matches")
     assert (code, "no case matches" in err) == (2, True)
     code, _, err = await _run(None)
-    assert (code, "missing --ws-url" in err) == (2, True)
+    assert (code, "needs --ws-url (or $RAWP_WS_URL)" in err) == (2, True)
     code, _, err = await _run(
         None,
         "--ws-url",
