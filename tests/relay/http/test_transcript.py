@@ -67,7 +67,7 @@ async def test_markdown_export_escapes_every_received_string(api: Api, master: M
 
 
 async def test_markdown_usage_reads_as_prose(api: Api, master: Master) -> None:
-    """"1 turn", not "1 turns"; a cost with its unit (four decimals), none without a unit."""
+    """ "1 turn", not "1 turns"; a cost with its unit (four decimals), none without a unit."""
     client = await Peer.open(master.ws_url, "s-md-usage", token=API_KEY, create=True)
     turn = new_turn_id()
     await client.send("session.turn.start", {"turn_id": turn, "turn_index": 0})
