@@ -296,7 +296,11 @@ def _schemas(args: argparse.Namespace) -> int:
             return 1
         print(f"{out}: {len(schema.generate())} schemas up to date")
         return 0
-    changed = schema.write(out)
+    try:
+        changed = schema.write(out)
+    except OSError as exc:
+        print(f"rawp schemas: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     for name in changed:
         print(f"wrote {out / name}")
     print(f"{out}: {len(changed)} changed, {len(schema.generate())} schemas")

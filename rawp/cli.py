@@ -67,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:  # a value the parser could not judge alone: one line, no traceback
         print(exc.line, file=sys.stderr, flush=True)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C is the user's choice, not a failure to explain
+        return 130
 
 
 if __name__ == "__main__":

@@ -174,3 +174,12 @@ def test_bridge_refuses_bad_input_in_one_line(rawp: Run) -> None:
         code, _, err = rawp(*base, *extra)
         assert code == 2, err
         assert says in _one_line(err)
+
+
+def test_schemas_into_an_unwritable_place_is_one_line(rawp: Run, tmp_path: Path) -> None:
+    """``rawp schemas --out`` under a regular file: one line naming the place, exit 2."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, _, err = rawp("schemas", "--out", str(blocker / "schemas"))
+    assert code == 2
+    assert _one_line(err).startswith(f"rawp schemas: cannot write {blocker / 'schemas'}: ")

@@ -52,7 +52,7 @@ export class Master {
     private httpPort = 0,
   ) {}
 
-  async start(timeoutMs = 20_000): Promise<this> {
+  async start(timeoutMs = 60_000): Promise<this> {
     const args = [
       "serve", "--store", "memory", "--host", "127.0.0.1",
       "--ws-port", String(this.wsPort), "--http-port", String(this.httpPort),
@@ -66,7 +66,12 @@ export class Master {
       if (this.log.length > 200) this.log.shift();
     });
     await new Promise<void>((resolveStart, reject) => {
-      const timer = setTimeout(() => reject(new Error(`rawp serve did not start:\n${this.log.join("")}`)), timeoutMs);
+      // A master that did not announce itself in time is stopped: a child left running would
+      // keep the test process alive after the failure.
+      const timer = setTimeout(() => {
+        proc.kill("SIGKILL");
+        reject(new Error(`rawp serve did not start within ${timeoutMs} ms:\n${this.log.join("")}`));
+      }, timeoutMs);
       let buffered = "";
       proc.stdout?.on("data", (d: Buffer) => {
         buffered += d.toString();
