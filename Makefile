@@ -53,6 +53,7 @@ sdk-test: setup
 schemas: setup
 	$(BIN)/rawp schemas --out schemas
 	$(BIN)/python -m protocol.docgen
+	$(BIN)/python -m relay.docgen
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

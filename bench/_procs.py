@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from relay.cli import announced_urls
+
 __all__ = [
     "API_KEY",
     "ROOT",
@@ -201,6 +203,8 @@ async def _spawn(
 
 
 async def _announced(process: asyncio.subprocess.Process, prefix: str, timeout: float) -> list[str]:
+    """The words of the first stdout line starting with ``prefix``; for ``RAWP master:``, a
+    master's announcement in either log format, as ``[ws_url, http_url]``."""
     assert process.stdout is not None
     deadline = time.monotonic() + timeout
     while True:
@@ -211,6 +215,8 @@ async def _announced(process: asyncio.subprocess.Process, prefix: str, timeout: 
         line = (await asyncio.wait_for(process.stdout.readline(), left)).decode()
         if not line:
             raise RuntimeError(f"process exited ({await process.wait()}) before '{prefix}'")
+        if prefix == "RAWP master:" and (urls := announced_urls(line)) is not None:
+            return list(urls)
         if line.startswith(prefix):
             return line.split()
 
@@ -259,9 +265,9 @@ async def start_master(
         if no_presence:
             argv.append("--experiment-no-presence")
     process = await _spawn([*wrapper, *argv], stderr_path=stderr_path, root=root)
-    words = await _announced(process, "RAWP master:", 60.0 if wrapper else 30.0)
-    # "RAWP master: ws URL  http URL"
-    return Proc(process, ws_url=words[3], http_url=words[5], label="master")
+    ws_url, http_url = await _announced(process, "RAWP master:", 60.0 if wrapper else 30.0)
+    # either "RAWP master: ws URL  http URL" or the JSON listening event
+    return Proc(process, ws_url=ws_url, http_url=http_url, label="master")
 
 
 async def start_baseline(

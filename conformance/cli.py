@@ -2,7 +2,7 @@
 
 ::
 
-    rawp conformance --ws-url ws://HOST:PORT/v1/ws --http-url http://HOST:PORT --api-key KEY
+    rawp conformance --ws-url ws://HOST:PORT/v1/ws --http-url http://HOST:PORT --token KEY
                      [--other-workspace-key KEY] [--json FILE] [--junit FILE] [--html FILE]
                      [--only PATTERN]... [--skip PATTERN]...
                      [--expected-failures FILE] [--timeout SECONDS] [--hello-timeout SECONDS]
@@ -27,6 +27,14 @@ from typing import TextIO
 
 from websockets.asyncio.client import connect
 from websockets.typing import Subprotocol
+
+from protocol.cli_flags import (
+    ENV_ATTRIBUTE,
+    UsageError,
+    add_connection_flags,
+    connection,
+    described,
+)
 
 from .case import Case, all_cases
 from .generated.run import GeneratedProgress, run_generated
@@ -55,59 +63,77 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``rawp conformance``."""
     a = parser.add_argument
-    a("--ws-url", help="the master's WebSocket endpoint, e.g. ws://127.0.0.1:8765/v1/ws")
-    a("--http-url", help="the master's HTTP base URL, e.g. http://127.0.0.1:8766")
-    a("--api-key", default=None, help="an API key of the master (env RAWP_API_KEY)")
-    a(
+    add_connection_flags(
+        parser,
+        ws=None,
+        http=None,
+        token="an API key of the master",
+        token_env=("RAWP_API_KEY",),
+        old_flags={"--api-key": "token"},
+    )
+    other = a(
         "--other-workspace-key",
         default=None,
         metavar="KEY",
-        help="an API key of another workspace of the master (env RAWP_OTHER_WORKSPACE_KEY); "
-        "without it the cross-workspace case is skipped",
+        help=described(
+            "an API key of another workspace of the master; without it the cross-workspace "
+            "case is skipped",
+            default="none",
+            env=("RAWP_OTHER_WORKSPACE_KEY",),
+        ),
     )
-    a("--json", metavar="FILE", help="write the JSON report to FILE")
-    a("--junit", metavar="FILE", help="write a JUnit XML report to FILE")
+    setattr(other, ENV_ATTRIBUTE, ("RAWP_OTHER_WORKSPACE_KEY",))
+    a("--json", metavar="FILE", help="write the JSON report to FILE (default: none)")
+    a("--junit", metavar="FILE", help="write a JUnit XML report to FILE (default: none)")
     a(
         "--html",
         metavar="FILE",
-        help="write a self-contained HTML report (per-section tables, transcripts) to FILE",
+        help="write a self-contained HTML report (per-section tables, transcripts) to FILE "
+        "(default: none)",
     )
     a(
         "--only",
         action="append",
         default=[],
         metavar="PATTERN",
-        help="run only cases whose id matches PATTERN (fnmatch; repeatable)",
+        help="run only cases whose id matches PATTERN (fnmatch; repeatable) (default: all)",
     )
     a(
         "--skip",
         action="append",
         default=[],
         metavar="PATTERN",
-        help="do not run cases whose id matches PATTERN (fnmatch; repeatable)",
+        help="do not run cases whose id matches PATTERN (fnmatch; repeatable) (default: none)",
     )
     a(
         "--expected-failures",
         metavar="FILE",
-        help="case ids (one per line, # comments) whose failure does not fail the run",
+        help="case ids (one per line, # comments) whose failure does not fail the run "
+        "(default: none)",
     )
-    a("--timeout", type=float, default=10.0, metavar="SECONDS", help="per case (default 10)")
+    a(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="the longest one case may take (default: 10)",
+    )
     a(
         "--hello-timeout",
         type=float,
         default=10.0,
         metavar="SECONDS",
-        help="the master's handshake timeout (default 10, notes §5); 4408 is skipped when it "
-        "does not fit in --timeout",
+        help="the master's handshake timeout (notes §5); 4408 is skipped when it does not fit "
+        "in --timeout (default: 10)",
     )
-    a("--list", action="store_true", help="list the selected cases and exit")
+    a("--list", action="store_true", help="list the selected cases and exit (default: run them)")
     a(
         "--generate",
         type=int,
         default=0,
         metavar="N",
         help="instead of the hand-written cases, run N random sessions judged against the "
-        "reference model (failures are shrunk and printed with their wire transcript)",
+        "reference model (failures are shrunk and printed with their wire transcript; default: 0, the hand-written cases)",
     )
     a(
         "--seed",
@@ -156,16 +182,10 @@ async def main_async(
     if not cases and not args.generate:
         print("rawp conformance: no case matches --only/--skip", file=err)
         return USAGE_ERROR
-    api_key: str = args.api_key or os.environ.get("RAWP_API_KEY") or ""
-    missing = [
-        flag
-        for flag, value in (("--ws-url", args.ws_url), ("--http-url", args.http_url))
-        if not value
-    ]
-    if not api_key:
-        missing.append("--api-key (or RAWP_API_KEY)")
-    if missing:
-        print(f"rawp conformance: missing {', '.join(missing)}", file=err)
+    try:
+        where = connection(args)
+    except UsageError as exc:
+        print(exc.line, file=err)
         return USAGE_ERROR
     if args.timeout <= 0:
         print("rawp conformance: --timeout must be positive", file=err)
@@ -178,9 +198,9 @@ async def main_async(
             print(f"rawp conformance: cannot read --expected-failures: {exc}", file=err)
             return USAGE_ERROR
     target = Target(
-        ws_url=args.ws_url,
-        http_url=args.http_url,
-        api_key=api_key,
+        ws_url=where.ws_url,
+        http_url=where.http_url,
+        api_key=where.token,
         hello_timeout_s=args.hello_timeout,
         other_api_key=args.other_workspace_key or os.environ.get("RAWP_OTHER_WORKSPACE_KEY"),
     )

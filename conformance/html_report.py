@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable
 from typing import Final, Protocol
 
-from .runner import STATUSES, Prerequisite, Result, Target
+from .runner import STATUSES, Prerequisite, Result, Target, verdict
 from .spec_text import section_text
 from .transcript import Transcript
 
@@ -212,12 +212,8 @@ def _prerequisites(report: RenderedReport) -> str:
 def render(report: RenderedReport) -> str:
     """The whole report as one HTML document."""
     counts = report.counts()
-    must = sum(1 for r in report.results if r.blocking)
-    verdict = (
-        f"FAILED: {must} MUST case(s) failed"
-        if must
-        else "OK: every MUST passed (or is an expected failure)"
-    )
+    said = verdict(report.results)
+    tone = "FAIL" if said.startswith("FAILED") else "WARN" if "SKIPPED" in said else "PASS"
     totals = " · ".join(f'<span class="{s}">{counts[s]} {s}</span>' for s in STATUSES)
     started = report.started_at.isoformat().replace("+00:00", "Z")
     not_passing = [r for r in report.results if r.status != "PASS"]
@@ -232,7 +228,7 @@ def render(report: RenderedReport) -> str:
         f"<code>{_e(report.target.http_url)}</code></dd>"
         f"<dt>started</dt><dd>{_e(started)} ({report.duration_s:.1f} s)</dd>"
         f"<dt>cases</dt><dd>{len(report.results)}: {totals}</dd></dl>"
-        f'<p class="verdict {"FAIL" if must else "PASS"}">{_e(verdict)}</p>'
+        f'<p class="verdict {tone}">{_e(said)}</p>'
         f"<h2>Missing prerequisites</h2>{_prerequisites(report)}"
         f"<h2>Results by section</h2>{_sections_table(report)}"
         f"<h2>Cases that did not pass</h2>{cases}"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from .runner import STATUSES, Prerequisite, Result, Target
+from .runner import STATUSES, Prerequisite, Result, Target, verdict
 
 __all__ = [
     "FORMAT_VERSION",
@@ -140,8 +140,8 @@ class Report:
                     lines.append(f"    {r.case.id}: {how}")
         skipped = [r for r in self.results if r.status == "SKIP"]
         if skipped:
-            lines += ["", "Skipped:"]
-            lines += [f"  {r.case.id}: {r.details}" for r in skipped]
+            lines += ["", "Skipped (not checked):"]
+            lines += [f"  {r.case.level:<6} {r.case.id}: {r.details}" for r in skipped]
             lines += self.settings_for_skipped()
         if self.stale:
             lines += ["", "Stale expected failures (now passing; remove them from the file):"]
@@ -149,16 +149,7 @@ class Report:
         if self.unknown_expected:
             lines += ["", "Expected failures that name no case:"]
             lines += [f"  {case_id}" for case_id in self.unknown_expected]
-        must = sum(1 for r in self.results if r.blocking)
-        must_skipped = sum(1 for r in self.results if r.status == "SKIP" and r.case.level == "MUST")
-        verdict = (
-            f"FAILED: {must} MUST case(s) failed"
-            if must
-            else f"OK: every MUST that ran passed; {must_skipped} MUST case(s) skipped"
-            if must_skipped
-            else "OK: every MUST passed (or is an expected failure)"
-        )
-        lines += ["", f"{verdict} — {self.duration_s:.1f}s"]
+        lines += ["", f"{verdict(self.results)} — {self.duration_s:.1f}s"]
         return "\n".join(lines)
 
     def by_level(self) -> list[str]:
@@ -208,6 +199,9 @@ class Report:
                 },
                 "total": len(self.results),
                 "must_failures": sum(1 for r in self.results if r.blocking),
+                "must_skipped": sum(
+                    1 for r in self.results if r.status == "SKIP" and r.case.level == "MUST"
+                ),
                 "expected_failures": sum(
                     1 for r in self.results if r.expected_failure and r.status != "PASS"
                 ),

@@ -46,6 +46,7 @@ __all__ = [
     "Target",
     "run_case",
     "run_cases",
+    "verdict",
 ]
 
 Status: TypeAlias = Literal["PASS", "FAIL", "WARN", "SKIP"]
@@ -557,3 +558,20 @@ async def run_cases(
     if features is not None:
         features.update(book.found)
     return results
+
+
+def verdict(results: Iterable[Result]) -> str:
+    """The run's last word, for the summary and the HTML report alike: failed MUSTs, else
+    OK — and then how many MUST cases were skipped, since a skipped MUST was not checked."""
+    listed = list(results)
+    failed = sum(1 for r in listed if r.blocking)
+    if failed:
+        return f"FAILED: {failed} MUST case(s) failed"
+    skipped = sum(1 for r in listed if r.status == "SKIP" and r.case.level == "MUST")
+    if skipped:
+        return (
+            f"OK, but {skipped} MUST case(s) SKIPPED: every MUST that ran passed (or is an "
+            "expected failure); the skipped ones were not checked — each says above why, and "
+            "what makes it run"
+        )
+    return "OK: every MUST passed (or is an expected failure)"

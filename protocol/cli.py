@@ -254,7 +254,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     schemas.add_argument(
         "--check",
         action="store_true",
-        help="write nothing; exit 1 when a file is missing, outdated or obsolete",
+        help="write nothing; exit 1 when a file is missing, outdated or obsolete "
+        "(default: write them)",
     )
     schemas.set_defaults(handler=_schemas)
 
@@ -265,14 +266,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog=_VALIDATE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    validate.add_argument("file", metavar="FILE", help="JSON Lines file, or - for stdin")
+    validate.add_argument("file", metavar="FILE", help="JSON Lines file, or - for stdin (required)")
     validate.add_argument(
         "--sequence",
         action="store_true",
-        help="also check the stream, in order, against the session state machine",
+        help="also check the stream, in order, against the session state machine "
+        "(default: each line on its own)",
     )
     validate.add_argument(
-        "--json", action="store_true", help="print one JSON object per line instead of text"
+        "--json",
+        action="store_true",
+        help="print one JSON object per line instead of text (default: text)",
     )
     validate.set_defaults(handler=_validate)
 
@@ -292,7 +296,11 @@ def _schemas(args: argparse.Namespace) -> int:
             return 1
         print(f"{out}: {len(schema.generate())} schemas up to date")
         return 0
-    changed = schema.write(out)
+    try:
+        changed = schema.write(out)
+    except OSError as exc:
+        print(f"rawp schemas: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     for name in changed:
         print(f"wrote {out / name}")
     print(f"{out}: {len(changed)} changed, {len(schema.generate())} schemas")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -26,6 +27,7 @@ __all__ = [
     "DOC_SECTIONS",
     "client_reference",
     "frame_table",
+    "main",
     "render_docs",
     "replace_section",
 ]
@@ -167,10 +169,13 @@ def replace_section(text: str, name: str, body: str) -> str:
     return pattern.sub(lambda m: m.group(1) + body + m.group(2), text, count=1)
 
 
-def render_docs(root: Path) -> dict[Path, str]:
-    """Each document under ``root`` with its generated sections as the code makes them now."""
+def render_docs(
+    root: Path, documents: Mapping[str, Mapping[str, Callable[[], str]]] | None = None
+) -> dict[Path, str]:
+    """Each document under ``root`` with its generated sections as the code makes them now
+    (``documents``: another package's sections, e.g. the master's; default these)."""
     rendered: dict[Path, str] = {}
-    for relative, sections in DOC_SECTIONS.items():
+    for relative, sections in (DOC_SECTIONS if documents is None else documents).items():
         path = root / relative
         text = path.read_text(encoding="utf-8")
         for name, make in sections.items():
@@ -179,14 +184,14 @@ def render_docs(root: Path) -> dict[Path, str]:
     return rendered
 
 
-def main() -> int:
+def main(documents: Mapping[str, Mapping[str, Callable[[], str]]] | None = None) -> int:
     """``python -m protocol.docgen [--check]``: rewrite (or check) the generated sections."""
     import sys
 
     root = Path.cwd()
     check = "--check" in sys.argv[1:]
     stale = []
-    for path, text in render_docs(root).items():
+    for path, text in render_docs(root, documents).items():
         if path.read_text(encoding="utf-8") != text:
             stale.append(path)
             if not check:

@@ -14,15 +14,18 @@ twice). It exits 0 on ``session.deleted``, after ``--max-frames`` session frames
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
-import os
+import logging
 import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from . import codec, names
+from .cli_flags import LOCAL_WS_URL, add_connection_flags, connection
 from .errors import HandshakeError, RawpError
+from .finalize import unfinalizes
 from .frames import (
     AgentState,
     Compacted,
@@ -81,6 +84,8 @@ class TailPrinter:
         self._texts_seen: set[str] = set()
         self.session_frames = 0  # frames of the session printed (histories' frames included)
         self._connected_once = False
+        self._retry_reported = False  # the current series of failed attempts was shown
+        self._finalized_turn: int | str | None = None  # the turn a synthetic end closed
 
     # --- output helpers ------------------------------------------------------------------
 
@@ -106,13 +111,24 @@ class TailPrinter:
 
     # --- events --------------------------------------------------------------------------
 
-    def connection(self, status: ConnectionStatus) -> None:
-        """A connection status change (reconnecting, closed, …)."""
-        if status.value == "reconnecting":
+    def connection(self, status: ConnectionStatus, error: BaseException | None = None) -> None:
+        """A connection status change (reconnecting, closed, …); ``error``: why the last
+        attempt to connect failed, if it did. One line when the connection is lost and one
+        for the first failed attempt of a series — a long outage does not fill the screen."""
+        if status.value != "reconnecting":
+            return
+        if error is None:
             if self._connected_once:
                 self._line("… connection lost; reconnecting")
-            else:
-                self._line("… the master is not reachable yet; retrying")
+            return
+        if self._retry_reported:
+            return
+        self._retry_reported = True
+        reason = _short(str(error) or type(error).__name__)
+        if self._connected_once:
+            self._line(f"… cannot reconnect yet ({reason}); retrying")
+        else:
+            self._line(f"… the master is not reachable yet ({reason}); retrying")
 
     def frame(self, frame: Frame | GenericFrame) -> None:
         """Print one frame the master delivered (a backlog's frames one by one)."""
@@ -130,6 +146,7 @@ class TailPrinter:
             p = frame.payload
             # Turns are numbered from 1, as on the dashboard and in exports (turn_index + 1).
             self._turns[p.turn_id] = p.turn_index + 1
+            self._finalized_turn = None
             mode = f" · {p.mode}" if p.mode else ""
             self._line(f"── turn {p.turn_index + 1}{mode} ──")
         elif isinstance(frame, TurnEnd):
@@ -137,6 +154,7 @@ class TailPrinter:
             index = self._turns.get(p_end.turn_id, "?")
             calls = p_end.tool_invocation_count
             tools = f", {calls} tool call(s)" if calls is not None else ""
+            self._finalized_turn = index if frame.synthetic else None
             self._line(f"── turn {index} ended: {p_end.stop_reason}{tools}{synthetic} ──")
         elif isinstance(frame, ThinkingDelta):
             self._stream(frame.payload.block_id, "  thinking: ", frame.payload.delta)
@@ -203,6 +221,7 @@ class TailPrinter:
     def _welcome(self, frame: Welcome) -> None:
         w = frame.payload
         s = w.session
+        self._retry_reported = False
         if self._connected_once:
             self._line(f"… reconnected (resumed: {str(w.resumed).lower()})")
             return
@@ -227,12 +246,19 @@ class TailPrinter:
         else:
             self.session_frames += 1
             self._line(f"· the agent reconnected with {len(p.frames)} buffered frame(s){lost}")
+        inner_frames: list[Frame | GenericFrame] = []
         for raw in p.frames:
             try:
-                inner = codec.decode(raw)
+                inner_frames.append(codec.decode(raw))
             except RawpError:
                 self._line("· (a frame in the history could not be decoded)")
-                continue
+        turn = self._finalized_turn
+        if not backlog and turn is not None and unfinalizes(s, inner_frames):
+            # The agent's history takes back the master's synthetic ends (§7.8.3): say so,
+            # or the turn printed as ended would seem to go on after its end.
+            self._finalized_turn = None
+            self._line(f"↺ turn {turn} was not over: its [synthetic] end is undone and it goes on")
+        for inner in inner_frames:
             self.frame(inner)
 
     def _usage(self, frame: Usage) -> None:
@@ -282,12 +308,17 @@ async def follow(
         from_start=from_start,
         view=view,
         backoff=Backoff(initial=0.25, maximum=5.0),
-        on_status=printer.connection,
+        on_status=lambda status: printer.connection(status, client.last_connect_error),
         presence=presence,
     )
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
-        await client.connect()
+        try:
+            async with asyncio.timeout(timeout):  # --timeout bounds the first connect too
+                await client.connect()
+        except TimeoutError:
+            sys.stderr.write(f"rawp tail: {ws_url} not reached within {timeout:g} s\n")
+            return 1
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
@@ -326,23 +357,16 @@ def add_tail_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         "streamed text, tool calls with their results, usage. Reconnects by itself after a "
         "drop and resumes where it was.",
     )
-    tail.add_argument("session", metavar="SESSION", help="the session id")
-    default_url = os.environ.get("RAWP_WS_URL")
-    tail.add_argument(
-        "--ws-url",
-        required=default_url is None,
-        default=default_url,
-        help="the master's WebSocket URL, ws://HOST:PORT/v1/ws (default: $RAWP_WS_URL)",
-    )
-    default_token = os.environ.get("RAWP_API_KEY")
-    tail.add_argument(
-        "--token",
-        required=default_token is None,
-        default=default_token,
-        help="an API key or a session token (default: $RAWP_API_KEY)",
+    tail.add_argument("session", metavar="SESSION", help="the session id (required)")
+    add_connection_flags(
+        tail,
+        ws=LOCAL_WS_URL,
+        token="an API key or a session token (edge grant) to attach with",
     )
     tail.add_argument(
-        "--from-start", action="store_true", help="print the whole log first, then follow"
+        "--from-start",
+        action="store_true",
+        help="print the whole log first, then follow (default: only what comes next)",
     )
     tail.add_argument(
         "--max-frames",
@@ -362,7 +386,8 @@ def add_tail_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         "--no-presence",
         dest="presence",
         action="store_false",
-        help="ask the master for no presence (who attached, who left): a quieter tail",
+        help="ask the master for no presence (who attached, who left): a quieter tail "
+        "(default: presence shown)",
     )
     tail.set_defaults(handler=_tail)
 
@@ -370,12 +395,18 @@ def add_tail_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
 def _tail(args: argparse.Namespace) -> int:
     from .client import run
 
+    where = connection(args)
+    # The client library's "could not connect" notes are the printer's status lines here:
+    # one voice on stdout, not a log line mixed into the transcript.
+    library = logging.getLogger("rawp.client")
+    library.propagate = False
+    library.addHandler(logging.NullHandler())
     try:
         return run(
             follow(
                 args.session,
-                ws_url=args.ws_url,
-                token=args.token,
+                ws_url=where.ws_url,
+                token=where.token,
                 from_start=args.from_start,
                 max_frames=args.max_frames,
                 timeout=args.timeout,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime as dt
 import json
 import os
 import sys
@@ -12,15 +13,46 @@ from collections.abc import Callable
 
 import structlog
 
+from protocol.version import VERSION
+
 from . import heap
 from .config import SERVE_DEFAULTS, ConfigError, add_serve_arguments, settings_from_args
 
-__all__ = ["register"]
+__all__ = ["announced_urls", "register"]
+
+
+def announced_urls(line: str) -> tuple[str, str] | None:
+    """The WebSocket and HTTP URLs a starting ``rawp serve`` announces on stdout, from one of
+    its lines: ``RAWP master: ws URL  http URL``, or with ``--log-format json`` the
+    ``listening`` event. None for any other line (for scripts and test harnesses)."""
+    text = line.strip()
+    if text.startswith("RAWP master:"):
+        words = text.split()
+        if len(words) >= 6:
+            return words[3], words[5]
+        return None
+    if text.startswith("{"):
+        try:
+            event = json.loads(text)
+        except ValueError:
+            return None
+        if isinstance(event, dict) and event.get("event") == "listening":
+            ws, http = event.get("ws"), event.get("http")
+            if isinstance(ws, str) and isinstance(http, str):
+                return ws, http
+    return None
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add this package's subcommands to the ``rawp`` parser."""
-    serve = sub.add_parser("serve", help="run the master relay")
+    serve = sub.add_parser(
+        "serve",
+        help="run the master relay",
+        description="Run the RAWP master: WebSocket relay on --ws-port, HTTP API and "
+        "dashboard on --http-port, sessions kept in --store. Every flag has a RAWP_* "
+        "variable and a key of the --config file; a flag wins over its variable, a variable "
+        "over the file. Exit status on a failed start: see docs/operations.md.",
+    )
     add_serve_arguments(serve, base=SERVE_DEFAULTS)  # durable by default (notes §16.2)
     serve.set_defaults(handler=_serve)
 
@@ -66,11 +98,25 @@ def _serve(args: argparse.Namespace) -> int:
                 )
             else:
                 print(f"dev API key (workspace 'default'): {dev_key}", file=sys.stderr, flush=True)
-        print(f"RAWP master: ws {master.ws_url}  http {master.http_url}", flush=True)
-        if dev_key is not None:  # a key of its own making may be shown; an operator's not
-            print(f"dashboard: {dashboard_link(master.http_url, dev_key)}", flush=True)
+        # A key of its own making may be shown in the link; an operator's not.
+        signed_in = dev_key is not None
+        dashboard = dashboard_link(master.http_url, dev_key) if dev_key else f"{master.http_url}/"
+        if json_lines:  # stdout stays JSON lines too: one event a collector can parse
+            event = {
+                "event": "listening",
+                "level": "info",
+                "timestamp": dt.datetime.now(dt.UTC).isoformat().replace("+00:00", "Z"),
+                "ws": master.ws_url,
+                "http": master.http_url,
+                "dashboard": dashboard,
+                "signed_in": signed_in,
+                "version": VERSION,
+            }
+            print(json.dumps(event), flush=True)
         else:
-            print(f"dashboard: {master.http_url}/ (sign in with an API key)", flush=True)
+            print(f"RAWP master: ws {master.ws_url}  http {master.http_url}", flush=True)
+            hint = "" if signed_in else " (sign in with an API key)"
+            print(f"dashboard: {dashboard}{hint}", flush=True)
 
     try:
         with (

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from protocol.cli_flags import ENV_ATTRIBUTE
+
 __all__ = [
     "DEFAULT_STORE",
     "LOG_LEVELS",
@@ -250,6 +252,7 @@ class Option:
     metavar: str | None = None
     choices: tuple[str, ...] | None = None
     hidden: bool = False
+    shown: str | None = None  # the default as help says it, when not the value itself
 
     @property
     def env(self) -> str:
@@ -403,10 +406,11 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "--retention",
         "retention",
         _count(MAX_RETENTION_FRAMES, " frames"),
-        "keep only the newest N frames of each session's log (default: all)",
+        "keep only the newest N frames of each session's log",
         metavar="FRAMES",
+        shown="all",
     ),
-    Option("--node-id", "node_id", _text, "this node's id in sender stamps (default: random)"),
+    Option("--node-id", "node_id", _text, "this node's id in sender stamps", shown="random"),
     Option(
         "--loop",
         "loop",
@@ -487,27 +491,34 @@ def add_serve_arguments(parser: argparse.ArgumentParser, base: Settings | None =
     ``base`` holds the defaults shown and used (the command's own, e.g. the demo logs less).
     """
     defaults = base or Settings()
-    parser.add_argument(
+    config = parser.add_argument(
         "--config",
         type=Path,
         default=None,
         metavar="FILE",
         help="read settings from this TOML file (keys as the flags, with underscores: "
-        "ws_port = 9000); flags and RAWP_* variables win over it (env RAWP_CONFIG)",
+        "ws_port = 9000); flags and RAWP_* variables win over it "
+        "(default: none; env RAWP_CONFIG)",
     )
+    setattr(config, ENV_ATTRIBUTE, ("RAWP_CONFIG",))
     for option in OPTIONS:
         default = getattr(defaults, option.dest)
         if option.hidden:
             help_text: str = argparse.SUPPRESS
         else:
-            shown = _duration(default) if option.read is parse_duration else _shown(default)
+            if option.shown is not None:
+                shown = option.shown
+            elif option.read is parse_duration:
+                shown = _duration(default)
+            else:
+                shown = _shown(default)
             help_text = f"{option.help} (default: {shown}; env {option.env})"
         if option.kind == "flag":
-            parser.add_argument(
+            action = parser.add_argument(
                 option.flag, dest=option.dest, action=_Switch, default=default, help=help_text
             )
         elif option.kind == "list":
-            parser.add_argument(
+            action = parser.add_argument(
                 option.flag,
                 dest=option.dest,
                 action=_Append,
@@ -516,7 +527,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser, base: Settings | None =
                 help=help_text,
             )
         else:
-            parser.add_argument(
+            action = parser.add_argument(
                 option.flag,
                 dest=option.dest,
                 action=_Store,
@@ -526,6 +537,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser, base: Settings | None =
                 choices=option.choices,
                 help=help_text,
             )
+        setattr(action, ENV_ATTRIBUTE, (option.env,))
 
 
 def _duration(seconds: float) -> str:

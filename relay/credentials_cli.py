@@ -5,9 +5,10 @@
   master owns (a SQLite file, or Redis); ``--store memory`` only prints a fresh secret for
   ``--api-key``. The secret of a new key is printed once on stdout; every failure is one
   line on stderr and an ``EXIT_KEYS_*`` status (docs/operations.md, "API keys").
-* Session tokens are issued and revoked by a running master over HTTP, with an API key
-  (``--api-key`` or ``RAWP_API_KEY``): ``rawp tokens create SESSION_ID [--grant client]
-  [--grant delete] [--ttl SECONDS]`` prints the token (shown once) on stdout;
+* Session tokens are issued and revoked by a running master over HTTP (``--http-url`` or
+  ``RAWP_HTTP_URL``), with an API key (``--token`` or ``RAWP_API_KEY``; the connection flags
+  of every command, :mod:`protocol.cli_flags`): ``rawp tokens create SESSION_ID [--grant
+  client] [--grant delete] [--ttl SECONDS]`` prints the token (shown once) on stdout;
   ``rawp tokens revoke TOKEN_ID`` revokes it.
 """
 
@@ -25,11 +26,14 @@ import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from protocol.cli_flags import LOCAL_HTTP_URL, add_connection_flags, connection
 from protocol.errors import StoreError
 
 from .auth import (
     DEFAULT_KEY_SCOPES,
+    DEFAULT_TOKEN_TTL_S,
     GRANTS,
+    MAX_TOKEN_TTL_S,
     SCOPES,
     Authenticator,
     KeyRefused,
@@ -139,18 +143,48 @@ def add_token_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     tokens_sub = tokens.add_subparsers(dest="tokens_command", required=True, metavar="ACTION")
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--url", default=os.environ.get("RAWP_URL", _DEFAULT_URL))
-        p.add_argument("--api-key", default=None, help="default: $RAWP_API_KEY")
+        add_connection_flags(
+            p,
+            http=LOCAL_HTTP_URL,
+            token="an API key of the session's workspace",
+            token_env=("RAWP_API_KEY",),
+            old_flags={"--url": "http_url", "--api-key": "token"},
+            old_env={"http_url": ("RAWP_URL",)},
+        )
 
-    create = tokens_sub.add_parser("create", help="issue a session token (shown once)")
-    create.add_argument("session_id")
-    create.add_argument("--grant", action="append", choices=sorted(GRANTS), default=[])
-    create.add_argument("--ttl", type=float, default=None, metavar="SECONDS")
+    create = tokens_sub.add_parser(
+        "create",
+        help="issue a session token (shown once)",
+        description="Ask a running master for a token scoped to one session. A token may "
+        "attach as an edge, read the session and append user input; grants add more. The "
+        "token is printed once on stdout; its id, for revoking it, on stderr.",
+    )
+    create.add_argument("session_id", metavar="SESSION", help="the session id (required)")
+    create.add_argument(
+        "--grant",
+        action="append",
+        choices=sorted(GRANTS),
+        default=[],
+        help="a right beyond an edge's: client (attach as the agent), delete (end the "
+        "session); repeat for both (default: none)",
+    )
+    create.add_argument(
+        "--ttl",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help=f"how long the token is valid, at most {MAX_TOKEN_TTL_S:.0f} (30 days) "
+        f"(default: {DEFAULT_TOKEN_TTL_S:.0f}, a day)",
+    )
     common(create)
     create.set_defaults(handler=_tokens_create)
 
-    revoke = tokens_sub.add_parser("revoke", help="revoke a session token by its id")
-    revoke.add_argument("token_id")
+    revoke = tokens_sub.add_parser(
+        "revoke", help="revoke a session token by its id", description="Revoke a session token."
+    )
+    revoke.add_argument(
+        "token_id", metavar="TOKEN_ID", help="the token's id, printed when it was issued (required)"
+    )
     common(revoke)
     revoke.set_defaults(handler=_tokens_revoke)
 
@@ -397,12 +431,11 @@ def _keys_revoke(args: argparse.Namespace) -> int:
 
 
 def _request(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
-    key = args.api_key or os.environ.get("RAWP_API_KEY")
-    if not key:
-        raise SystemExit("an API key is needed: --api-key or RAWP_API_KEY")
+    where = connection(args)
+    key, url = where.token, where.http_url
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(
-        args.url.rstrip("/") + path,
+        url.rstrip("/") + path,
         data=data,
         method=method,
         headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
@@ -417,7 +450,7 @@ def _request(args: argparse.Namespace, method: str, path: str, body: Any = None)
             detail = exc.reason
         raise SystemExit(f"{method} {path}: {exc.code} {detail}") from None
     except urllib.error.URLError as exc:
-        raise SystemExit(f"cannot reach {args.url}: {exc.reason}") from None
+        raise SystemExit(f"cannot reach {url}: {exc.reason}") from None
 
 
 def _tokens_create(args: argparse.Namespace) -> int:

@@ -507,7 +507,8 @@ def add_demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     demo.add_argument(
         "--once",
         action="store_true",
-        help="one bounded session (--turns, default 3), then delete it and exit",
+        help="one bounded session (--turns, else 3 turns), then delete it and exit "
+        "(default: run until stopped)",
     )
     demo.add_argument(
         "--pace",

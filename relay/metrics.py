@@ -7,6 +7,7 @@ from typing import get_args
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from protocol.frames import Role
+from protocol.version import PROTOCOL_VERSION, VERSION
 
 __all__ = ["Metrics"]
 
@@ -22,6 +23,12 @@ class Metrics:
         self.connections = Gauge(
             "rawp_connections", "Attached WebSocket connections", ["role"], registry=r
         )
+        # The build, as a label of a constant 1 (the usual *_build_info gauge): dashboards
+        # tell versions apart without a Server header on the HTTP answers.
+        self.build_info = Gauge(
+            "rawp_build_info", "This build: 1, labelled", ["version", "protocol"], registry=r
+        )
+        self.build_info.labels(VERSION, PROTOCOL_VERSION).set(1)
         self.sessions = Gauge("rawp_sessions_loaded", "Sessions loaded on this node", registry=r)
         self.frames_in = Counter("rawp_frames_in", "Frames received from participants", registry=r)
         self.frames_out = Counter("rawp_frames_out", "Frames queued to participants", registry=r)

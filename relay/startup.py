@@ -1,19 +1,8 @@
 """Why a master could not start, as one line naming the cause and the fix (issue 15).
 
-:class:`StartupError` carries that line and an exit status of its own per cause, so a
-supervisor or a script can tell them apart:
-
-====  =====================================================================
-code  cause
-====  =====================================================================
-2     a setting is not usable (bad flag, ``RAWP_*`` value or ``--config`` file)
-3     a port cannot be listened on (in use, privileged, address not here)
-4     the store cannot be reached (Redis down, wrong host or port, refused TLS)
-5     the store URL is not one this build knows
-6     a TLS file is missing, unreadable or not a matching certificate and key
-7     the store's file cannot be used (owned by another process, newer format, not a RAWP
-      database, damaged, read-only)
-====  =====================================================================
+:class:`StartupError` carries that line and an exit status of its own per cause
+(:class:`ExitCode`, explained in :data:`EXIT_CAUSES`), so a supervisor or a script can tell
+them apart.
 
 :meth:`relay.server.Master.start` raises it after closing whatever it had opened, so a failed
 start leaves nothing half-started.
@@ -21,6 +10,7 @@ start leaves nothing half-started.
 
 from __future__ import annotations
 
+import enum
 import errno
 import os
 import ssl
@@ -32,11 +22,14 @@ from .store.base import StoreOpenError
 __all__ = [
     "EXIT_BAD_SETTING",
     "EXIT_CANNOT_LISTEN",
+    "EXIT_CAUSES",
     "EXIT_STORE_REFUSED",
     "EXIT_STORE_UNKNOWN",
     "EXIT_STORE_UNREACHABLE",
     "EXIT_TLS",
+    "ExitCode",
     "StartupError",
+    "exit_code_table",
     "listen_error",
     "store_refused",
     "store_start_failed",
@@ -45,12 +38,59 @@ __all__ = [
     "tls_error",
 ]
 
-EXIT_BAD_SETTING: Final = 2
-EXIT_CANNOT_LISTEN: Final = 3
-EXIT_STORE_UNREACHABLE: Final = 4
-EXIT_STORE_UNKNOWN: Final = 5
-EXIT_TLS: Final = 6
-EXIT_STORE_REFUSED: Final = 7
+
+class ExitCode(enum.IntEnum):
+    """The exit status of a start that failed, one per cause (the table in
+    docs/operations.md is generated from :data:`EXIT_CAUSES`: ``make schemas``)."""
+
+    BAD_SETTING = 2
+    CANNOT_LISTEN = 3
+    STORE_UNREACHABLE = 4
+    STORE_UNKNOWN = 5
+    TLS = 6
+    STORE_REFUSED = 7
+
+
+EXIT_CAUSES: Final[dict[ExitCode, tuple[str, str]]] = {
+    ExitCode.BAD_SETTING: (
+        "a setting is not usable",
+        "`--log-level verbose`, `RAWP_WS_PORT=abc`, `--reattach-window inf`, a bad `--config` file, "
+        "one key for two workspaces",
+    ),
+    ExitCode.CANNOT_LISTEN: (
+        "a port cannot be listened on",
+        "in use, below 1024 without privileges, `--host` not of this machine",
+    ),
+    ExitCode.STORE_UNREACHABLE: ("the store cannot be reached", "Redis down or on another port"),
+    ExitCode.STORE_UNKNOWN: ("the store URL has an unknown scheme", "`--store mongo://…`"),
+    ExitCode.TLS: (
+        "a TLS file is missing or does not fit",
+        "`--tls-cert` not found, key of another certificate",
+    ),
+    ExitCode.STORE_REFUSED: (
+        "the store's file cannot be used",
+        "owned by another `rawp serve` (under any name: a symlink or a hard link to its file too), "
+        "newer format, not a RAWP database (another program's SQLite file included), damaged, "
+        "read-only (a read-only file system too) (§6)",
+    ),
+}
+"""Each exit status: its cause and examples, as the operations guide shows them."""
+
+EXIT_BAD_SETTING: Final = ExitCode.BAD_SETTING
+EXIT_CANNOT_LISTEN: Final = ExitCode.CANNOT_LISTEN
+EXIT_STORE_UNREACHABLE: Final = ExitCode.STORE_UNREACHABLE
+EXIT_STORE_UNKNOWN: Final = ExitCode.STORE_UNKNOWN
+EXIT_TLS: Final = ExitCode.TLS
+EXIT_STORE_REFUSED: Final = ExitCode.STORE_REFUSED
+
+
+def exit_code_table() -> str:
+    """The Markdown table of :data:`EXIT_CAUSES` (docs/operations.md)."""
+    rows = ["| exit | cause | e.g. |", "|---|---|---|"]
+    rows += [
+        f"| {code.value} | {cause} | {example} |" for code, (cause, example) in EXIT_CAUSES.items()
+    ]
+    return "\n".join(rows) + "\n"
 
 
 class StartupError(Exception):

@@ -8,11 +8,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ..case import CaseFailed, expect
+from ..case import CaseFailed, expect, skip
 from ..peer import Peer, describe
 from ..runner import Context
 from ..wire import is_synthetic, new_id, sender_role
@@ -25,6 +26,7 @@ __all__ = [
     "collect_finalization",
     "mid_turn",
     "synthetic_summary",
+    "window_fits",
 ]
 
 CLEANUP_TYPES: Final = frozenset({"tool.invoke.result", "session.turn.end", "session.deleted"})
@@ -240,3 +242,18 @@ async def collect_finalization(edge: Peer, state: MidTurn) -> Finalization:
 def synthetic_summary(frames: Sequence[dict[str, Any]]) -> list[str]:
     """Descriptions of the synthetic frames among ``frames``."""
     return [describe(f) for f in frames if is_synthetic(f)]
+
+
+def window_fits(ctx: Context, window_ms: int) -> None:
+    """Skip the case when waiting out the master's reattach window would not fit in what
+    is left of the per-case timeout — saying both ways to make it run."""
+    if window_ms / 1000 + 1.0 <= ctx.remaining():
+        return
+    needed = math.ceil(ctx.timeout - ctx.remaining() + window_ms / 1000 + 5)
+    skip(
+        f"the master's reattach window ({window_ms} ms) does not fit in the per-case timeout "
+        f"({ctx.timeout:g}s); to run it, give --timeout {needed} or more, or test a master "
+        "started with a shorter window (rawp serve --reattach-window 3)",
+        setting=f"a reattach window of at most {max(ctx.timeout - 1.0, 0):g}s "
+        f"(or --timeout of at least {needed}s)",
+    )

@@ -8,12 +8,14 @@ limits (frame size, binary messages).
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
 from ..case import case, expect, fail, skip
 from ..peer import HandshakeRefused, describe
 from ..runner import Context
 from ..wire import is_synthetic, new_id, presence_change
+from .common import window_fits
 
 __all__: list[str] = []
 
@@ -166,7 +168,8 @@ async def hello_timeout(ctx: Context) -> None:
     if wait + 1.0 > ctx.remaining():
         skip(
             f"the master's handshake timeout ({wait:g}s, --hello-timeout) does not fit in the "
-            f"per-case timeout ({ctx.timeout:g}s)",
+            f"per-case timeout ({ctx.timeout:g}s); to run it, give --timeout "
+            f"{math.ceil(wait + 5)} or more",
             setting=f"--timeout of at least {wait + 1.0:g}s (or a shorter hello timeout)",
         )
     peer = await ctx.connect(label="socket")
@@ -428,15 +431,8 @@ async def not_allowed(ctx: Context) -> None:
 def _window_s(ctx: Context, peer: Any) -> float:
     window_ms = peer.welcome["payload"].get("reattach_window_ms")
     expect(_is_int(window_ms), f"welcome.reattach_window_ms is {window_ms!r}")
-    window = float(window_ms) / 1000
-    if window + 1.0 > ctx.remaining():
-        skip(
-            f"the master's reattach window ({window_ms} ms) does not fit in the per-case "
-            f"timeout ({ctx.timeout:g}s); start the master with a shorter window to run it",
-            setting=f"a reattach window of at most {max(ctx.timeout - 1.0, 0):g}s "
-            f"(or --timeout of at least {window + 1.0:g}s)",
-        )
-    return window
+    window_fits(ctx, int(window_ms))
+    return float(window_ms) / 1000
 
 
 def _presence_of(pid: str) -> Any:

@@ -9,10 +9,10 @@ progress the master closes right after ``session.deleted``.
 
 from __future__ import annotations
 
-from ..case import case, expect, skip
+from ..case import case, expect
 from ..runner import Context
 from ..wire import new_id, usage_payload
-from .common import MidTurn, check_cleanup, mid_turn
+from .common import MidTurn, check_cleanup, mid_turn, window_fits
 
 __all__: list[str] = []
 
@@ -71,13 +71,7 @@ async def cleanup_order_expiry(ctx: Context) -> None:
     window_ms = state.client.welcome["payload"].get("reattach_window_ms")
     expect(isinstance(window_ms, int), f"welcome.reattach_window_ms is {window_ms!r}")
     assert isinstance(window_ms, int)
-    if window_ms / 1000 + 1.0 > ctx.remaining():
-        skip(
-            f"the master's reattach window ({window_ms} ms) does not fit in the per-case "
-            f"timeout ({ctx.timeout:g}s); start the master with a shorter window to run it",
-            setting=f"a reattach window of at most {max(ctx.timeout - 1.0, 0):g}s "
-            f"(or --timeout of at least {window_ms / 1000 + 1.0:g}s)",
-        )
+    window_fits(ctx, window_ms)
     state.client.drop()
     edge = state.edges[0]
     frames = await edge.expect_close(what="expiry of the reattach window")

@@ -124,7 +124,21 @@ class AguiBridge:
 
     async def run(self) -> None:
         """Attach and serve until the session ends or :meth:`close` is called."""
+        _log.info(
+            "starting",
+            session_id=self.session_id,
+            relay_url=self.client.url,
+            agent_url=self.agent_url,
+        )
         await self.client.connect()
+        welcome = self.client.welcome
+        _log.info(
+            "attached",
+            session_id=self.session_id,
+            participant_id=self.client.participant_id,
+            resumed=welcome.payload.resumed if welcome is not None else False,
+            head_seq=welcome.payload.session.head_seq if welcome is not None else None,
+        )
         await self._end_orphaned_turn()
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as http:
             worker = asyncio.create_task(self._worker(http))
@@ -285,6 +299,13 @@ class AguiBridge:
         body = run_input(
             self.session_id, run_id, messages_from_view(self.client.view.blocks), resume=resume
         )
+        _log.info(
+            "run_started",
+            session_id=self.session_id,
+            run_id=run_id,
+            agent_url=self.agent_url,
+            resumed_interrupts=len(resume),
+        )
         streaming = asyncio.create_task(
             self._stream(http, ingest, body.model_dump_json(by_alias=True))
         )
@@ -301,10 +322,21 @@ class AguiBridge:
             exc = streaming.exception()
             if exc is not None:
                 await self._send(ingest.abort(f"the bridge failed: {exc!r}"[:500]))
+            _log.info(
+                "run_ended",
+                run_id=run_id,
+                outcome="failed" if exc is not None else "streamed",
+                turn_ended=ingest.turn_ended,
+            )
             return
         streaming.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await streaming
+        _log.info(
+            "run_ended",
+            run_id=run_id,
+            outcome="cancelled" if self._cancel.is_set() else "timed out",
+        )
         if self._cancel.is_set():
             await self._send(ingest.cancel())
         else:

@@ -5,14 +5,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import signal
-import sys
+import urllib.parse
 
+import structlog
+
+from protocol.cli_flags import LOCAL_WS_URL, add_connection_flags, connection, usage_error
+from protocol.errors import HandshakeError, RawpError
+
+from ..config import LOG_LEVELS
 from ..logs import configure_logging
 from .bridge import AguiBridge
 
 __all__ = ["register"]
+
+_log = structlog.get_logger("rawp.agui")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,60 +31,83 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="an AG-UI agent (HTTP endpoint streaming AG-UI events) as the session's client",
         description="Attach to the relay as the session's client; for every user message "
         "from the edges, POST a RunAgentInput to the AG-UI agent and relay its events as "
-        "RAWP frames. The credential comes from --token or $RAWP_TOKEN / $RAWP_API_KEY.",
-    )
-    agui.add_argument("--agent-url", required=True, help="the AG-UI agent's HTTP endpoint")
-    agui.add_argument("--session", required=True, help="the RAWP session id")
-    agui.add_argument(
-        "--relay-url",
-        default=os.environ.get("RAWP_URL", "ws://127.0.0.1:8765/v1/ws"),
-        help="the master's WebSocket URL (default: $RAWP_URL or ws://127.0.0.1:8765/v1/ws)",
-    )
-    agui.add_argument("--token", default=None, help="API key or session token (client grant)")
-    agui.add_argument(
-        "--state", default=None, metavar="FILE", help="persist the client here (resume on restart)"
+        "RAWP frames. It logs one line when it starts, when it is attached and per run.",
     )
     agui.add_argument(
-        "--no-create", action="store_true", help="attach only to a session that exists"
+        "--agent-url",
+        required=True,
+        metavar="URL",
+        help="the AG-UI agent's HTTP endpoint (required)",
+    )
+    agui.add_argument("--session", required=True, help="the RAWP session id (required)")
+    add_connection_flags(
+        agui,
+        ws=LOCAL_WS_URL,
+        token="an API key or a session token with the client grant",
+        old_flags={"--relay-url": "ws_url"},
+        old_env={"ws_url": ("RAWP_URL",)},
     )
     agui.add_argument(
-        "--run-timeout", type=float, default=300.0, metavar="SECONDS", help="bound of one run"
+        "--state",
+        default=None,
+        metavar="FILE",
+        help="persist the client here, to resume after a restart (default: not kept)",
+    )
+    agui.add_argument(
+        "--no-create",
+        action="store_true",
+        help="attach only to a session that exists (default: create it when missing)",
+    )
+    agui.add_argument(
+        "--run-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="the longest one AG-UI run may take before its turn is ended (default: 300)",
     )
     agui.add_argument(
         "--agent-header",
         action="append",
         default=[],
         metavar="NAME:VALUE",
-        help="an HTTP header for the agent's requests (repeatable), e.g. 'Authorization: Bearer …'",
+        help="an HTTP header for the agent's requests (repeatable), e.g. "
+        "'Authorization: Bearer …' (default: none)",
     )
-    agui.add_argument("--log-level", default="info", help="debug, info, warning, error")
+    agui.add_argument(
+        "--log-format",
+        default="console",
+        choices=("console", "json"),
+        help="log lines for a console or as JSON (default: console)",
+    )
+    agui.add_argument(
+        "--log-level",
+        default="info",
+        choices=LOG_LEVELS,
+        help="least important level logged (default: info)",
+    )
     agui.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    configure_logging("console", args.log_level)
-    token = args.token or os.environ.get("RAWP_TOKEN") or os.environ.get("RAWP_API_KEY")
-    if not token:
-        print(
-            "rawp bridge ag-ui: no credential (--token, $RAWP_TOKEN or $RAWP_API_KEY)",
-            file=sys.stderr,
-        )
-        return 2
+    where = connection(args)
+    if not args.run_timeout > 0:
+        usage_error("rawp bridge ag-ui", f"--run-timeout: {args.run_timeout:g} is not above 0")
+    configure_logging(args.log_format, args.log_level)
     headers: dict[str, str] = {}
     for header in args.agent_header:
         name, colon, value = header.partition(":")
         if not colon or not name.strip() or any(c in header for c in "\r\n"):
-            print(
-                f"rawp bridge ag-ui: --agent-header wants NAME:VALUE, got {header!r}",
-                file=sys.stderr,
-            )
-            return 2
+            usage_error("rawp bridge ag-ui", f"--agent-header wants NAME:VALUE, got {header!r}")
         headers[name.strip()] = value.strip()
+    if urllib.parse.urlsplit(args.agent_url).scheme not in ("http", "https"):
+        usage_error(
+            "rawp bridge ag-ui", f"--agent-url wants an http(s):// URL, got {args.agent_url!r}"
+        )
     bridge = AguiBridge(
-        args.relay_url,
+        where.ws_url,
         args.session,
         args.agent_url,
-        token=token,
+        token=where.token,
         state_path=args.state,
         create=not args.no_create,
         run_timeout=args.run_timeout,
@@ -91,5 +121,14 @@ def _run(args: argparse.Namespace) -> int:
                 loop.add_signal_handler(signum, bridge.close)
         await bridge.run()
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        return 130
+    except HandshakeError as exc:
+        _log.error("refused", message=exc.message, close_code=exc.close_code)
+        return 1
+    except RawpError as exc:  # the master unreachable for good, the session ended, ...
+        _log.error("stopped", message=exc.message)
+        return 1
     return 0

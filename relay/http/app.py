@@ -9,6 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from protocol import acts, names
 from protocol.errors import NotAllowed, StoreUnavailableError
+from protocol.version import VERSION
 
 from ..hub import Hub, SessionAttached
 from .context import HUB, SESSION_PATH, authenticate
@@ -22,8 +23,8 @@ __all__ = ["HUB", "authenticate", "create_app"]
 
 
 async def healthz(request: web.Request) -> web.Response:
-    """Liveness: the process answers."""
-    return web.json_response({"status": "ok"})
+    """Liveness: the process answers, and says which build it is."""
+    return web.json_response({"status": "ok", "version": VERSION})
 
 
 async def readyz(request: web.Request) -> web.Response:

@@ -16,7 +16,7 @@ from protocol import codec
 from .access import hub_of, loaded_session, principal_of, require_act, visible_header
 from .middleware import ApiError
 from .sessions import describe
-from .transcript import inline_text, render_markdown, view_of
+from .transcript import cost_text, counted, render_markdown, view_of
 
 __all__ = ["export_session"]
 
@@ -41,14 +41,16 @@ async def export_session(request: web.Request) -> web.Response:
         return web.Response(body=body, content_type="application/json", headers=disposition)
     view = view_of(session.id, entries)
     usage = info.usage
+    cost = cost_text(usage.cost_used, usage.cost_unit)
     meta = [
         ("Session", f"`{session.id}`"),
         ("Created", info.created_at),
         ("Status", info.status),
         (
             "Usage",
-            f"{usage.input_tokens} input / {usage.output_tokens} output tokens, "
-            f"{usage.cost_used} {inline_text(usage.cost_unit)} — {usage.turns_completed} turns",
+            f"{usage.input_tokens} input / {usage.output_tokens} output tokens"
+            + (f", {cost}" if cost is not None else "")
+            + f" — {counted(usage.turns_completed, 'turn')}",
         ),
     ]
     if info.parent_session_id:

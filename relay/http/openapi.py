@@ -161,6 +161,7 @@ class Health(msgspec.Struct, kw_only=True):
 
     status: Literal["ok", "ready"]
     store: str | None = None
+    version: str | None = None  # /healthz: this build (rawp --version)
 
 
 class DashboardConfig(msgspec.Struct, kw_only=True):

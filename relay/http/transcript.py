@@ -35,7 +35,28 @@ from protocol.view import (
 
 from ..store.base import LogEntry
 
-__all__ = ["code_span", "incomplete", "inline_text", "render_markdown", "view_of"]
+__all__ = [
+    "code_span",
+    "cost_text",
+    "counted",
+    "incomplete",
+    "inline_text",
+    "render_markdown",
+    "view_of",
+]
+
+
+def counted(number: int, noun: str) -> str:
+    """``1 turn``, ``2 turns``, ``0 turns``."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def cost_text(used: float, unit: str) -> str | None:
+    """A cost as a person reads it, ``0.0125 USD`` (four decimals, as ``rawp tail``); None
+    when no unit was ever reported — a bare number would not say what it counts."""
+    if not unit.strip():
+        return None
+    return f"{used:.4f} {inline_text(unit)}"
 
 
 def view_of(session_id: str, entries: Iterable[LogEntry]) -> SessionView:
@@ -121,10 +142,9 @@ def _render(block: Block) -> list[str]:
         return lines
     if isinstance(block, UsageBlock):
         who = "master totals" if block.from_master else "usage"
-        return [
-            f"*{who}: {block.input_tokens} in / {block.output_tokens} out tokens, "
-            f"{block.cost_used} {inline_text(block.cost_unit)} used*"
-        ]
+        cost = cost_text(block.cost_used, block.cost_unit)
+        spent = f", {cost} used" if cost is not None else ""
+        return [f"*{who}: {block.input_tokens} in / {block.output_tokens} out tokens{spent}*"]
     if isinstance(block, CompactionBlock):
         return [
             f"**Context compacted** ({block.trigger}: {block.previous_token_count} → "

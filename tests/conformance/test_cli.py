@@ -14,7 +14,7 @@ from conformance.case import all_cases
 from conformance.cli import main_async, select
 from rawp.cli import build_parser, main
 from relay.server import Master
-from tests.conformance.conftest import API_KEY, HELLO_TIMEOUT_S
+from tests.conformance.conftest import API_KEY, HELLO_TIMEOUT_S, conformance_settings
 from tests.conformance.kills import KILLS
 
 StartMaster = Callable[[], Awaitable[Master]]
@@ -147,7 +147,7 @@ async def test_list_and_usage_errors() -> None:
     code, _, err = await _run(None, "--only", "nothing-matches")
     assert (code, "no case matches" in err) == (2, True)
     code, _, err = await _run(None)
-    assert (code, "missing --ws-url" in err) == (2, True)
+    assert (code, "needs --ws-url (or $RAWP_WS_URL)" in err) == (2, True)
     code, _, err = await _run(
         None,
         "--ws-url",
@@ -166,3 +166,25 @@ def test_rawp_dispatcher_lists_conformance(capsys: pytest.CaptureFixture[str]) -
         main(["conformance", "--help"])
     assert exit_info.value.code == 0
     assert "--expected-failures" in capsys.readouterr().out
+
+
+async def test_skipped_musts_are_counted_not_called_passed(tmp_path: Path) -> None:
+    """Against a master with the default reattach window the expiry MUST is skipped: the
+    summary counts it, does not say every MUST passed, and says how to make it run."""
+    master = Master(conformance_settings(reattach_window_s=120.0))
+    await master.start()
+    try:
+        report = tmp_path / "report.json"
+        code, out, _ = await _run(
+            master, "--only", "7.5.3/cleanup-order-expiry", "--json", str(report)
+        )
+    finally:
+        await master.stop()
+    assert code == 0  # a skip is not a failure
+    assert "every MUST passed" not in out
+    assert "OK, but 1 MUST case(s) SKIPPED" in out
+    skipped = out.split("Skipped (not checked):")[1].splitlines()[1]
+    assert skipped.startswith("  MUST   7.5.3/cleanup-order-expiry: the master's reattach")
+    assert "give --timeout 1" in skipped  # 120 s window: --timeout 12x or more
+    assert "rawp serve --reattach-window" in skipped
+    assert json.loads(report.read_text())["summary"]["must_skipped"] == 1

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from relay.cli import announced_urls
 from tests.reliability.kill_trials import run_kill_trial
 
 __all__: list[str] = []
@@ -45,7 +46,7 @@ def test_rawp_serve_keeps_its_data_in_rawp_data_by_default(tmp_path: Path) -> No
             assert proc.stdout is not None
             ready, _, _ = select.select([proc.stdout], [], [], 30)
             assert ready, "rawp serve did not start"
-            assert proc.stdout.readline().startswith(b"RAWP master:")
+            assert announced_urls(proc.stdout.readline().decode()) is not None
             assert (tmp_path / "rawp-data" / "rawp.db").is_file()
         finally:
             proc.send_signal(signal.SIGTERM)

@@ -75,6 +75,7 @@ from protocol import codec
 from protocol.errors import ProtocolError
 from protocol.finalize import fold_entry
 from protocol.state import SessionState
+from relay.cli import announced_urls
 from relay.store.base import LogEntry
 from relay.store.redis import RedisStore
 from tests.reliability.fuzzing import same_view, view_key
@@ -200,7 +201,7 @@ class FaultCluster:
         node.paused = False
         assert node.process.stdout is not None
         async with asyncio.timeout(timeout):
-            while b"RAWP master:" not in (line := await node.process.stdout.readline()):
+            while announced_urls((line := await node.process.stdout.readline()).decode()) is None:
                 if not line:  # EOF: it exited (readline would return at once forever)
                     code = await node.process.wait()
                     raise RuntimeError(f"{node.node_id} exited {code} before listening")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -383,7 +384,7 @@ def _content(message_id: str, delta: str) -> TextMessageContentEvent:
 
 
 async def _spawn_bridge(
-    master: Master, agent: ScriptedAgent, state: Path
+    master: Master, agent: ScriptedAgent, state: Path, *, logs: bool = False
 ) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         sys.executable,
@@ -401,10 +402,39 @@ async def _spawn_bridge(
         str(state),
         "--agent-header",
         "X-Agent-Key: k-123",
+        *(["--log-format", "json"] if logs else []),
         env={**os.environ, "RAWP_API_KEY": API_KEY},
         stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE if logs else asyncio.subprocess.DEVNULL,
     )
+
+
+async def test_the_bridge_says_what_it_does(master: Master, tmp_path: Path) -> None:
+    """``rawp bridge ag-ui`` logs one line on start, one once attached and one per run's start
+    and end (here as JSON lines, every one of them JSON)."""
+    async with scripted_agent() as agent:
+        agent.scripts.append(_full_run_second())
+        bridge = await _spawn_bridge(master, agent, tmp_path / "state.json", logs=True)
+        try:
+            async with asyncio.timeout(30):  # the bridge creates the session
+                while await master.store.get_session("agui-i6") is None:
+                    await asyncio.sleep(0.05)
+            async with Edge(master, "agui-i6") as edge:
+                await edge.client.user_message("weather?")
+                await edge.wait_type("session.usage")
+        finally:
+            bridge.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(bridge.wait(), 30)
+    assert bridge.stderr is not None
+    events = [json.loads(line) for line in (await bridge.stderr.read()).decode().splitlines()]
+    names = [e["event"] for e in events if e.get("logger") is None]
+    assert names == ["starting", "attached", "run_started", "run_ended"], events
+    starting, attached, started, ended = (e for e in events if e.get("logger") is None)
+    assert starting["relay_url"] == master.ws_url
+    assert starting["agent_url"] == agent.url
+    assert attached["resumed"] is False
+    assert started["run_id"] == ended["run_id"]
+    assert ended["outcome"] == "streamed"
 
 
 async def test_bridge_killed_mid_run_finalizes_then_unfinalizes(
@@ -491,8 +521,10 @@ async def test_bridge_command_line_needs_a_credential(tmp_path: Path) -> None:
     )
     _, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 2
-    assert b"no credential" in err
-    assert b"Traceback" not in err
+    assert err.decode() == (
+        "rawp bridge ag-ui: needs --token (or $RAWP_TOKEN or $RAWP_API_KEY) "
+        "(see rawp bridge ag-ui --help)\n"
+    )
 
 
 async def test_agui_frontend_to_agui_agent_through_the_relay(

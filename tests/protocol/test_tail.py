@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+
 import msgspec
 
 from protocol import frames as F
+from protocol.reconnect import ConnectionStatus
 from protocol.tail import TailPrinter
 from protocol.view import SessionView
 
@@ -83,3 +89,82 @@ def test_a_withdrawn_question_is_shown_with_its_reason() -> None:
         "  ? confirmation: ok?",
         "  ✗ question withdrawn: no answer within 30 s",
     ]
+
+
+MASTER = F.Sender(role="master", participant_id="node-1")
+
+
+def test_an_undone_finalization_is_said() -> None:
+    """The agent's history after the master's synthetic turn end: tail says the end is undone
+    before the turn goes on; a truncated one (the end stands) says nothing of the kind."""
+    turn = S.uuid4(3)
+
+    def run(truncated: bool) -> list[str]:
+        out: list[str] = []
+        printer = TailPrinter(out.append)
+        start = S.turn_start(turn, 0)
+        synthetic_end = S.turn_end(turn, "disconnected", synthetic=True)
+        inner = [S.text_delta("t1", "still here"), S.text_done("t1"), S.turn_end(turn)]
+        for seq, (frame, sender) in enumerate(
+            [
+                (start, CLIENT),
+                (synthetic_end, MASTER),
+                (S.history(inner, truncated=truncated), CLIENT),
+            ],
+            start=1,
+        ):
+            printer.frame(msgspec.structs.replace(frame, seq=seq, sender=sender))
+        return "".join(out).splitlines()
+
+    lines = run(truncated=False)
+    assert lines == [
+        "── turn 1 ──",
+        "── turn 1 ended: disconnected [synthetic] ──",
+        "· the agent reconnected with 3 buffered frame(s)",
+        "↺ turn 1 was not over: its [synthetic] end is undone and it goes on",
+        "  assistant: still here",
+        "── turn 1 ended: end_turn ──",
+    ]
+    assert not any(line.startswith("↺") for line in run(truncated=True))
+
+
+def test_reconnect_status_is_one_line_per_series() -> None:
+    """A lost connection, then the first failed attempt with its reason; later attempts of
+    the same series print nothing; a welcome starts a new series."""
+    out: list[str] = []
+    printer = TailPrinter(out.append)
+    refused = ConnectionRefusedError(111, "Connect call failed")
+    printer.connection(ConnectionStatus.RECONNECTING, refused)
+    printer.connection(ConnectionStatus.RECONNECTING, refused)
+    printer.frame(S.welcome())
+    printer.connection(ConnectionStatus.RECONNECTING, None)
+    printer.connection(ConnectionStatus.CONNECTING, None)
+    printer.connection(ConnectionStatus.RECONNECTING, refused)
+    printer.connection(ConnectionStatus.RECONNECTING, refused)
+    lines = "".join(out).splitlines()
+    assert lines[0] == (
+        "… the master is not reachable yet ([Errno 111] Connect call failed); retrying"
+    )
+    assert lines[1].startswith("following session ")
+    assert lines[2:] == [
+        "… connection lost; reconnecting",
+        "… cannot reconnect yet ([Errno 111] Connect call failed); retrying",
+    ]
+
+
+def test_an_unreachable_master_is_tails_own_status_not_a_log_line() -> None:
+    """``rawp tail`` against a closed port: its own status line on stdout, no library log on
+    stderr, and --timeout bounds the wait for the first connection (exit 1, one line)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # released: nothing listens there
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAWP_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "rawp.cli", "tail", "s1", "--token", "K", "--timeout", "1",
+         "--ws-url", f"ws://127.0.0.1:{port}/v1/ws"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stdout.startswith("… the master is not reachable yet (")
+    assert done.stdout.count("\n") == 1
+    assert done.stderr == f"rawp tail: ws://127.0.0.1:{port}/v1/ws not reached within 1 s\n"

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from protocol.version import VERSION
+from relay.cli import announced_urls
 from relay.config import OPTIONS, ConfigError, Settings, add_serve_arguments, settings_from_args
 from relay.server import Master
 from relay.startup import (
@@ -466,12 +468,17 @@ async def test_serve_prints_a_ready_dashboard_link_and_takes_env_ports() -> None
 
 
 async def test_json_mode_logs_only_json_lines(tmp_path: Path) -> None:
-    """With --log-format json every stderr line parses as JSON, stdlib loggers' included."""
+    """With --log-format json every line on stdout and stderr together parses as JSON —
+    stdlib loggers' and the start-up announcement (one ``listening`` event on stdout)."""
     async with running_serve(
         "--log-format", "json", "--ws-port", "0", "--http-port", "0", env=_env()
     ) as process:
-        line = await _line(process.stdout, "RAWP master: ")
-        ws_port = int(line.split("ws ws://127.0.0.1:")[1].split("/")[0])
+        assert process.stdout is not None
+        async with asyncio.timeout(30):
+            first = await process.stdout.readline()
+        announced = announced_urls(first.decode())
+        assert announced is not None, first
+        ws_port = int(announced[0].split("ws://127.0.0.1:")[1].split("/")[0])
         # a bare TCP connection that is no WebSocket makes the websockets library log
         _reader, writer = await asyncio.open_connection("127.0.0.1", ws_port)
         writer.write(b"GET /v1/ws HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -479,11 +486,24 @@ async def test_json_mode_logs_only_json_lines(tmp_path: Path) -> None:
         await asyncio.sleep(0.2)
         writer.close()
     assert process.stderr is not None
-    lines = (await process.stderr.read()).decode().splitlines()
-    assert lines, "a JSON-mode master logs its start and stop"
-    events = [json.loads(line) for line in lines]  # raises on any line that is not JSON
+    out = [first.decode(), *(await process.stdout.read()).decode().splitlines()]
+    err = (await process.stderr.read()).decode().splitlines()
+    assert err, "a JSON-mode master logs its start and stop"
+    events = [json.loads(line) for line in out + err]  # raises on any line that is not JSON
     assert any(e.get("event") == "dev_api_key" for e in events)
-    assert any(e.get("event") == "listening" for e in events)
+    (listening,) = [json.loads(line) for line in out if json.loads(line)["event"] == "listening"]
+    assert listening["ws"] == announced[0]
+    assert listening["http"].startswith("http://127.0.0.1:")
+    assert listening["dashboard"].startswith(listening["http"] + "/?token=rk_")
+    assert listening["version"] == VERSION
+
+
+async def test_console_mode_announces_in_plain_text() -> None:
+    """The default format keeps the two plain start-up lines on stdout."""
+    async with running_serve("--ws-port", "0", "--http-port", "0", env=_env()) as process:
+        line = await _line(process.stdout, "RAWP master: ")
+        assert announced_urls(line) is not None
+        assert (await _line(process.stdout, "dashboard: ")).startswith("dashboard: http://")
 
 
 async def test_stdlib_loggers_go_through_structlog_as_json() -> None:

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import IO
 
+from relay.cli import announced_urls
+
 __all__ = ["MasterProcess", "start_all"]
 
 _RAWP = Path(sys.executable).with_name("rawp")
@@ -89,9 +91,9 @@ class MasterProcess:
             ready, _, _ = select.select([proc.stdout], [], [], 0.1)
             if ready:
                 line = proc.stdout.readline().decode()
-                if line.startswith("RAWP master:"):
-                    words = line.split()
-                    self.ws_url, self.http_url = words[3], words[5]
+                urls = announced_urls(line)
+                if urls is not None:
+                    self.ws_url, self.http_url = urls
                     return
                 if not line:
                     break

@@ -1,12 +1,12 @@
 // A Node agent (role "client") on @rawp/client: one turn with text, a tool call and usage.
 // Run (after `npm ci && npm run build` in sdk/typescript, with a master from `make run`):
-//   RAWP_URL=ws://127.0.0.1:8765/v1/ws RAWP_TOKEN=<dev key> node examples/node-agent.mjs
+//   RAWP_WS_URL=ws://127.0.0.1:8765/v1/ws RAWP_TOKEN=<dev key> node examples/node-agent.mjs
 import WebSocket from "ws";
 import { RawpClient } from "../dist/src/index.js";
 
 const agent = new RawpClient({
-  url: process.env.RAWP_URL ?? "ws://127.0.0.1:8765/v1/ws",
-  token: process.env.RAWP_TOKEN ?? "",
+  url: process.env.RAWP_WS_URL ?? process.env.RAWP_URL ?? "ws://127.0.0.1:8765/v1/ws", // RAWP_URL: the old name
+  token: process.env.RAWP_TOKEN ?? process.env.RAWP_API_KEY ?? "",
   sessionId: process.env.RAWP_SESSION ?? `example-${Date.now()}`,
   role: "client",
   create: "example agent",

@@ -60,6 +60,8 @@ test("in Chromium the browser example renders the session as text and resumes fr
     assert.equal(await page.evaluate('document.getElementById("injected") === null'), true); // text, not markup
     const text = (await page.evaluate('document.getElementById("transcript").textContent')) as string;
     assert.ok(text.includes('<b id="injected">bold?</b>'));
+    assert.ok(text.includes("turn 1 …"), text); // numbered from 1, as the dashboard and rawp tail
+    assert.ok(!text.includes("turn 0"), text);
     const pid = await page.evaluate("globalThis.rawpEdge.participantId");
     await page.reload();
     await page.waitForFunction(connected);

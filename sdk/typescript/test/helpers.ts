@@ -21,6 +21,25 @@ function rawpBin(): string {
   return "rawp";
 }
 
+/** The URLs a starting `rawp serve` announces on a stdout line: `RAWP master: ws URL  http URL`,
+ * or the JSON `listening` event of `--log-format json`; null for any other line. */
+export function announcedUrls(line: string): [string, string] | null {
+  if (line.startsWith("RAWP master:")) {
+    const words = line.split(/\s+/);
+    return words.length >= 6 ? [words[3]!, words[5]!] : null;
+  }
+  if (!line.startsWith("{")) return null;
+  try {
+    const event = JSON.parse(line) as { event?: unknown; ws?: unknown; http?: unknown };
+    if (event.event === "listening" && typeof event.ws === "string" && typeof event.http === "string") {
+      return [event.ws, event.http];
+    }
+  } catch {
+    // a partial line: the rest comes with the next chunk
+  }
+  return null;
+}
+
 /** One `rawp serve --store memory` started by a test (killed by its own pid). */
 export class Master {
   wsUrl = "";
@@ -33,7 +52,7 @@ export class Master {
     private httpPort = 0,
   ) {}
 
-  async start(timeoutMs = 20_000): Promise<this> {
+  async start(timeoutMs = 60_000): Promise<this> {
     const args = [
       "serve", "--store", "memory", "--host", "127.0.0.1",
       "--ws-port", String(this.wsPort), "--http-port", String(this.httpPort),
@@ -47,17 +66,23 @@ export class Master {
       if (this.log.length > 200) this.log.shift();
     });
     await new Promise<void>((resolveStart, reject) => {
-      const timer = setTimeout(() => reject(new Error(`rawp serve did not start:\n${this.log.join("")}`)), timeoutMs);
+      // A master that did not announce itself in time is stopped: a child left running would
+      // keep the test process alive after the failure.
+      const timer = setTimeout(() => {
+        proc.kill("SIGKILL");
+        reject(new Error(`rawp serve did not start within ${timeoutMs} ms:\n${this.log.join("")}`));
+      }, timeoutMs);
       let buffered = "";
       proc.stdout?.on("data", (d: Buffer) => {
         buffered += d.toString();
-        const line = buffered.split("\n").find((l) => l.startsWith("RAWP master:"));
-        if (line !== undefined) {
-          const words = line.split(/\s+/);
-          this.wsUrl = words[3]!;
-          this.httpUrl = words[5]!;
+        // With --log-format json the announcement is one JSON "listening" event.
+        for (const line of buffered.split("\n")) {
+          const urls = announcedUrls(line);
+          if (urls === null) continue;
+          [this.wsUrl, this.httpUrl] = urls;
           clearTimeout(timer);
           resolveStart();
+          break;
         }
       });
       proc.on("exit", (code) => {

@@ -77,7 +77,7 @@ describe("against a real master", () => {
   test("the documented Node agent example runs one turn against the master", async () => {
     const sid = sessionId("example");
     const run = promisify(execFile)(process.execPath, [join(packageDir, "examples", "node-agent.mjs")], {
-      env: { ...process.env, RAWP_URL: master.wsUrl, RAWP_TOKEN: API_KEY, RAWP_SESSION: sid },
+      env: { ...process.env, RAWP_WS_URL: master.wsUrl, RAWP_TOKEN: API_KEY, RAWP_SESSION: sid },
       timeout: 30_000,
     });
     const { stdout } = await run;

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from yarl import URL
 
+from protocol.version import PROTOCOL_VERSION, VERSION
 from relay.server import Master
 from tests.e2e.conftest import API_KEY
 from tests.relay.http.conftest import Api, wait_head
@@ -82,3 +83,12 @@ async def test_unknown_routes_and_methods_are_problems(api: Api) -> None:
     wrong = await api.call("PUT", "/v1/sessions")
     assert wrong.status == 405
     assert wrong.problem["status"] == 405
+
+
+async def test_the_build_version_is_in_healthz_and_metrics(api: Api) -> None:
+    """/healthz names this build's version; /metrics has it as rawp_build_info, labelled."""
+    health = await api.get("/healthz", token=None)
+    assert health.body == {"status": "ok", "version": VERSION}
+    metrics = await api.get("/metrics", token=None)
+    line = f'rawp_build_info{{protocol="{PROTOCOL_VERSION}",version="{VERSION}"}} 1.0'
+    assert line in metrics.text

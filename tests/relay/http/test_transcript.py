@@ -64,3 +64,22 @@ async def test_markdown_export_escapes_every_received_string(api: Api, master: M
     assert "(reported by the edge)" in text  # a participant's error is its report (§16.8)
     await edge.close()
     await client.close()
+
+
+async def test_markdown_usage_reads_as_prose(api: Api, master: Master) -> None:
+    """ "1 turn", not "1 turns"; a cost with its unit (four decimals), none without a unit."""
+    client = await Peer.open(master.ws_url, "s-md-usage", token=API_KEY, create=True)
+    turn = new_turn_id()
+    await client.send("session.turn.start", {"turn_id": turn, "turn_index": 0})
+    await client.send("session.turn.end", {"turn_id": turn, "stop_reason": "end_turn"})
+    await client.send("session.usage", usage_payload(turn))
+    await wait_head(api, "s-md-usage", 4)
+    text = (await api.get("/v1/sessions/s-md-usage/export?format=md")).text
+    assert "- **Usage:** 10 input / 20 output tokens, 0.0100 USD — 1 turn\n" in text
+    assert "*usage: 10 in / 20 out tokens, 0.0100 USD used*" in text
+    await client.close()
+    empty = await Peer.open(master.ws_url, "s-md-none", token=API_KEY, create=True)
+    await wait_head(api, "s-md-none", 1)
+    text = (await api.get("/v1/sessions/s-md-none/export?format=md")).text
+    assert "- **Usage:** 0 input / 0 output tokens — 0 turns\n" in text
+    await empty.close()
