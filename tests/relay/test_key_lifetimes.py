@@ -83,10 +83,13 @@ async def test_revoking_a_key_ends_200_streams_at_once(master: Master) -> None:
         *(Peer.open(master.ws_url, "s-many", role="edge", token=secret) for _ in range(200))
     )
     assert master.hub.held_credentials.count(record.digest) == 200
-    async with aiohttp.ClientSession() as http, http.delete(
-        f"{master.http_url}/v1/keys/{record.digest}",
-        headers={"Authorization": f"Bearer {API_KEY}"},
-    ) as response:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.delete(
+            f"{master.http_url}/v1/keys/{record.digest}",
+            headers={"Authorization": f"Bearer {API_KEY}"},
+        ) as response,
+    ):
         assert response.status == 200
     codes = await asyncio.gather(*(edge.closed_with(_BOUND_S) for edge in edges))
     assert set(codes) == {4401}

@@ -38,6 +38,8 @@ export interface WhoAmI {
   workspace: string;
   session_id: string | null;
   grants: string[];
+  /** What the credential may do (read, write, delete, tokens, admin); absent from older masters. */
+  scopes?: string[];
 }
 
 export class Api {

@@ -187,7 +187,8 @@ async function start(): Promise<void> {
   $("app").hidden = false;
   $("signout-button").hidden = false;
   const me = app.me;
-  $("identity").textContent = me.kind === "key" ? `API key · workspace ${me.workspace}` : `session token · ${me.session_id}`;
+  const readOnly = may("write") ? "" : " · read-only";
+  $("identity").textContent = (me.kind === "key" ? `API key · workspace ${me.workspace}` : `session token · ${me.session_id}`) + readOnly;
   $("sidebar").hidden = me.kind !== "key";
   $("sidebar-toggle").hidden = me.kind !== "key"; // a session token lists nothing
   $("app").classList.toggle("no-sidebar", me.kind !== "key");
@@ -428,7 +429,7 @@ async function openSession(id: string): Promise<void> {
   $("rename-form").hidden = true;
   const c = new Current(id);
   app.current = c;
-  app.timeline = new Timeline($("transcript"), c, answer, $("more-blocks"));
+  app.timeline = new Timeline($("transcript"), c, may("write") ? answer : null, $("more-blocks"));
   app.inspector = new Inspector($("events"), $<HTMLSelectElement>("event-type"), $("events-count"), c, $("events-nav"));
   app.chart = new UsageChart($("usage-chart"));
   setConn("connecting", "reading the log");
@@ -534,10 +535,14 @@ function render(): void {
   renderPresence(c);
   renderTotals(c);
   const live = c.client !== null && c.client.connected && !c.readOnly && status !== "terminated";
-  $("cancel-button").hidden = !(live && status === "running");
-  $("composer").hidden = c.readOnly || status === "terminated";
+  // Controls the credential may not use are not shown at all (its scopes, notes §17.6).
+  const writes = may("write");
+  $("cancel-button").hidden = !(writes && live && status === "running");
+  $("composer").hidden = !writes || c.readOnly || status === "terminated";
   $<HTMLButtonElement>("send-button").disabled = !live;
+  $("delete-button").hidden = !mayDelete();
   $<HTMLButtonElement>("delete-button").disabled = status === "terminated" && !c.readOnly;
+  $("rename-button").hidden = !writes;
   $<HTMLButtonElement>("rename-button").disabled = c.readOnly || status === "terminated";
   $("actions").classList.toggle("read-only", c.readOnly);
   const incomplete = incompleteReasons(c);
@@ -640,6 +645,18 @@ function track(promise: Promise<SendReceipt>): void {
     },
     (e: Error) => fail(e.message),
   );
+}
+
+/** Does the signed-in credential carry ``scope``? (A master that names none: every scope.) */
+function may(scope: string): boolean {
+  const scopes = app.me?.scopes;
+  return scopes === undefined || scopes.includes(scope);
+}
+
+/** May it delete: the delete scope, and for a session token the delete grant too. */
+function mayDelete(): boolean {
+  const me = app.me;
+  return may("delete") && (me?.kind === "key" || (me?.grants ?? []).includes("delete"));
 }
 
 function answer(interactionId: string, value: unknown): void {

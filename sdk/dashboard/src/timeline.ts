@@ -32,7 +32,8 @@ export class Timeline {
   constructor(
     private readonly box: HTMLElement,
     private readonly c: FrameIndex,
-    private readonly answer: Answer,
+    /** null: the credential may not answer (no write scope); questions are shown, not offered. */
+    private readonly answer: Answer | null,
     private readonly more: HTMLElement,
   ) {
     more.replaceChildren();
@@ -302,8 +303,13 @@ export class Timeline {
       node.append(el("div", { class: "ask-answer" }, "never answered (archived)"));
       return node;
     }
+    const answerWith = this.answer;
+    if (answerWith === null) {
+      node.append(el("div", { class: "ask-answer" }, "waiting for an answer (this credential may only read)"));
+      return node;
+    }
     const row = el("div", { class: "ask-actions" });
-    const answer = (value: unknown) => this.answer(b.interaction_id, value);
+    const answer = (value: unknown) => answerWith(b.interaction_id, value);
     if (b.interaction_kind === "confirmation") {
       row.append(button("Yes", () => answer(true), "answer"), button("No", () => answer(false), "answer ghost"));
     } else if (b.interaction_kind === "choice") {
