@@ -218,6 +218,16 @@ class Hub:
         await self.store.start()
         if not given:
             self.development_key = await self.auth.development_key()
+        earlier = [k for k in await self.store.list_keys() if k.scopes is None and not k.revoked]
+        if earlier:
+            # Written by a build before scopes (its --api-key and development keys among
+            # them): still valid with every scope until revoked, so say which they are.
+            log.warning(
+                "keys_from_an_earlier_build",
+                count=len(earlier),
+                key_ids=[k.digest[:16] for k in earlier[:20]],
+                fix="rawp keys list; rawp keys revoke KEY_ID for those no longer wanted",
+            )
         await self.cluster.start()
         await recover_after_restart(self)  # a sole owner's restart (SQLite; notes §16.2)
         self._deadline_task = asyncio.get_running_loop().create_task(self._deadlines())
