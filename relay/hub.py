@@ -66,9 +66,11 @@ def new_session_header(
     agent_id: str | None = None,
     parent_session_id: str | None = None,
     seed_length: int = 0,
+    vault_ids: Sequence[str] = (),
 ) -> SessionHeader:
     """A header for a session about to be created (fresh epoch, creation time now)."""
     return SessionHeader(
+        vault_ids=list(vault_ids),
         session_id=session_id,
         workspace=workspace,
         name=name,

@@ -41,6 +41,8 @@ __all__ = [
 SessionId = frames.SessionId  # the grammar of every store and transport (notes §16.7)
 Name = Annotated[str, msgspec.Meta(max_length=200)]
 Ttl = Annotated[float, msgspec.Meta(gt=0)]
+VaultIds = Annotated[list[SessionId], msgspec.Meta(max_length=10)]
+"""≤ 10 opaque ids, each of the id grammar (notes §17.6)."""
 
 _T = TypeVar("_T")
 
@@ -60,6 +62,7 @@ class CreateBody(msgspec.Struct, kw_only=True):
     agent_id: str | None = None
     parent_session_id: SessionId | None = None
     token: TokenBody | None = None
+    vault_ids: VaultIds = msgspec.field(default_factory=list)
 
 
 class RenameBody(msgspec.Struct, kw_only=True):
@@ -139,6 +142,7 @@ class SessionOut(msgspec.Struct, kw_only=True):
     ended_at: str | None = None
     reason: str | None = None
     deleted_by: str | None = None
+    vault_ids: list[str] = msgspec.field(default_factory=list)
 
 
 class TokenOut(msgspec.Struct, kw_only=True):

@@ -120,6 +120,7 @@ async def describe(hub: Hub, session: Session, header: SessionHeader | None = No
         ended_at=session.header.ended_at,
         reason=session.header.reason,
         deleted_by=session.header.deleted_by,
+        vault_ids=list(header.vault_ids),
     )
 
 
@@ -188,6 +189,7 @@ async def create_session(request: web.Request) -> web.Response:
         name=body.name,
         agent_id=body.agent_id,
         parent_session_id=body.parent_session_id,
+        vault_ids=body.vault_ids,
     )
     stored, created = await hub.create(header, principal)
     session = await hub.open(stored.session_id)
@@ -330,6 +332,7 @@ async def fork_session(request: web.Request) -> web.Response:
         agent_id=source.agent_id,
         parent_session_id=source.session_id,
         seed_length=at_seq,
+        vault_ids=source.vault_ids,  # the fork works with the same vaults
     )
     if not await hub.store.fork_session(source.session_id, header, at_seq):
         raise ApiError(409, f"session {fork_id} could not be created", code="conflict")

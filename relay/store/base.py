@@ -112,6 +112,9 @@ class SessionHeader(msgspec.Struct, kw_only=True):
     ended_at_ms: int | None = None
     reason: str | None = None
     deleted_by: str | None = None
+    vault_ids: list[str] = msgspec.field(default_factory=list)
+    """Opaque ids of the vaults the session may use (notes §17.6; ≤ 10, the id grammar):
+    stored and returned, copied to forks and continues, never interpreted."""
 
     @property
     def archived(self) -> bool:

@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Final
 
 from ..base import StoreOpenError
-from .schema import APPLICATION_ID, DB_FORMAT, TABLES, TABLES_V1, create_schema, upgrade_to_2
+from .schema import (
+    APPLICATION_ID,
+    DB_FORMAT,
+    TABLES,
+    TABLES_V1,
+    add_vault_ids,
+    create_schema,
+    upgrade_to_2,
+)
 
 __all__ = ["FileLock", "inspect_file", "open_connection", "open_writer"]
 
@@ -125,6 +133,7 @@ def open_writer(path: Path) -> sqlite3.Connection:
             create_schema(writer)
         elif found < DB_FORMAT:
             upgrade_to_2(writer)
+        add_vault_ids(writer)
     except sqlite3.OperationalError as exc:
         if "locked" in str(exc):
             raise StoreOpenError(f"{path} is locked by another program ({exc})") from None

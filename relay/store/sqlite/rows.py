@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -30,7 +31,8 @@ def header_row(h: SessionHeader, *, head: int, first_seq: int) -> tuple[Any, ...
     return (
         h.session_id, h.workspace, h.name, h.agent_id, h.created_at, h.epoch,
         h.format_version, h.parent_session_id, h.seed_length, h.revision,
-        h.ended_at, h.ended_at_ms, h.reason, h.deleted_by, head, first_seq,
+        h.ended_at, h.ended_at_ms, h.reason, h.deleted_by,
+        json.dumps(h.vault_ids) if h.vault_ids else None, head, first_seq,
     )  # fmt: skip
 
 
@@ -51,6 +53,7 @@ def header_of(row: Sequence[Any]) -> SessionHeader:
         ended_at_ms=row[11],
         reason=row[12],
         deleted_by=row[13],
+        vault_ids=json.loads(row[14]) if row[14] else [],
     )
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "SCHEMA",
     "TABLES",
     "TABLES_V1",
+    "add_vault_ids",
     "create_schema",
     "upgrade_to_2",
 ]
@@ -62,6 +63,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     ended_at_ms INTEGER,
     reason TEXT,
     deleted_by TEXT,
+    vault_ids TEXT,
     head INTEGER NOT NULL DEFAULT 0,
     first_seq INTEGER NOT NULL DEFAULT 1,
     open_turn INTEGER NOT NULL DEFAULT 0
@@ -150,3 +152,14 @@ def upgrade_to_2(db: sqlite3.Connection) -> None:
     except BaseException:
         db.execute("ROLLBACK")
         raise
+
+
+def add_vault_ids(db: sqlite3.Connection) -> None:
+    """The ``sessions.vault_ids`` column (JSON list), added to a file that lacks it.
+
+    An added nullable column is no new format: earlier builds read the file as before (they
+    leave the column NULL in what they write), so the file's format number stays.
+    """
+    columns = {row[1] for row in db.execute("PRAGMA table_info(sessions)")}
+    if "vault_ids" not in columns:
+        db.execute("ALTER TABLE sessions ADD COLUMN vault_ids TEXT")

@@ -44,11 +44,12 @@ __all__ = [
 
 _HEADER_COLUMNS: Final = (
     "session_id, workspace, name, agent_id, created_at, epoch, format_version, "
-    "parent_session_id, seed_length, revision, ended_at, ended_at_ms, reason, deleted_by"
+    "parent_session_id, seed_length, revision, ended_at, ended_at_ms, reason, deleted_by, "
+    "vault_ids"
 )
 INSERT_SESSION: Final = (
     f"INSERT OR IGNORE INTO sessions ({_HEADER_COLUMNS}, head, first_seq) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 SELECT_HEADER: Final = f"SELECT {_HEADER_COLUMNS} FROM sessions WHERE session_id = ?"
 LIST_HEADERS: Final = (
