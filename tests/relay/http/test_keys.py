@@ -324,3 +324,35 @@ async def test_an_open_connection_of_a_revoked_key_closes(api: Api, master: Mast
     peer = await Peer.open(master.ws_url, "s-rev", token=secret, create=True)
     assert (await api.delete(f"/v1/keys/{record.digest}")).status == 200
     assert await peer.closed_with(5.0) == 4401
+
+
+async def test_a_keys_id_prefix_or_near_miss_is_not_a_credential(api: Api, master: Master) -> None:
+    """The key's id (its digest) presented as a secret, a prefix of the secret, the secret with
+    one character changed: 401 each (the digest is hashed again, never compared as given)."""
+    secret, record = await master.hub.auth.create_key("default", ["read"])
+    near = secret[:-1] + ("A" if secret[-1] != "A" else "B")
+    for attempt in (record.digest, secret[:20], near, secret + "x", "rk_" + record.digest):
+        reply = await api.get("/v1/sessions", token=attempt)
+        assert reply.status == 401, attempt
+    assert (await api.get("/v1/sessions", token=secret)).status == 200
+
+
+async def test_secrets_are_compared_by_digest_in_constant_time(
+    master: Master, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """authenticate compares the stored and presented digests with hmac.compare_digest."""
+    import hmac
+
+    import relay.auth
+
+    seen: list[tuple[str, str]] = []
+    real = hmac.compare_digest
+
+    def spy(a: Any, b: Any) -> bool:
+        seen.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(relay.auth.hmac, "compare_digest", spy)
+    secret, record = await master.hub.auth.create_key("default", ["read"])
+    await master.hub.auth.authenticate(secret)
+    assert (record.digest, digest(secret)) in seen
