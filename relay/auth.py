@@ -351,12 +351,6 @@ class Authenticator:
         store itself, ``rawp keys revoke --store``) both are allowed. Keys given by flag are
         removed from the flags instead.
         """
-        if key_id in self._given:
-            raise KeyRefused(
-                "this key is given by --api-key: restart the master without it",
-                status=409,
-                code="given_key",
-            )
         record = await self.lookup(key_id)
         if record is None or record.kind != "key":
             raise KeyRefused(f"no API key {key_id[:80]}", status=404, code="not_found")
@@ -364,6 +358,12 @@ class Authenticator:
             raise KeyRefused(f"no API key {key_id[:80]}", status=404, code="not_found")
         if by is not None and by.credential_id == key_id:
             raise KeyRefused("a key cannot revoke itself", status=409, code="own_key")
+        if key_id in self._given:
+            raise KeyRefused(
+                "this key is given by --api-key: restart the master without it",
+                status=409,
+                code="given_key",
+            )
         if record.revoked:
             return record
         if by is not None and "admin" in scopes_of(record):
