@@ -1,9 +1,10 @@
-"""``rawp keys create|revoke`` and ``rawp tokens create|revoke``: credentials from the shell.
+"""``rawp keys create|list|revoke`` and ``rawp tokens create|revoke``: credentials from the shell.
 
-* API keys live in the store: ``rawp keys create --workspace W --store redis://…`` registers
-  one there (with the embedded memory store it is printed for ``--api-key``);
-  ``rawp keys revoke KEY_OR_ID --store redis://…`` marks one revoked there (with the
-  embedded memory store, restart the master without that ``--api-key`` instead).
+* API keys are managed on a running master over HTTP (``--http-url`` / ``RAWP_HTTP_URL``,
+  with an ``admin`` key: ``--token`` / ``RAWP_API_KEY``), or with ``--store`` on a store no
+  master owns (a SQLite file, or Redis); ``--store memory`` only prints a fresh secret for
+  ``--api-key``. The secret of a new key is printed once on stdout; every failure is one
+  line on stderr and an ``EXIT_KEYS_*`` status (docs/operations.md, "API keys").
 * Session tokens are issued and revoked by a running master over HTTP, with an API key
   (``--api-key`` or ``RAWP_API_KEY``): ``rawp tokens create SESSION_ID [--grant client]
   [--grant delete] [--ttl SECONDS]`` prints the token (shown once) on stdout;
@@ -83,7 +84,11 @@ def add_key_commands(keys_sub: argparse._SubParsersAction[argparse.ArgumentParse
         "--expires-at", default=None, metavar="TIME", help="RFC 3339 expiry (default: never)"
     )
     create.add_argument(
-        "--ttl", type=float, default=None, metavar="SECONDS", help="expire this long from now"
+        "--ttl",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="expire this long from now (default: never; not with --expires-at)",
     )
     create.add_argument("--name", default="", help="a label shown by `keys list` (default: none)")
     _connection_options(create)
