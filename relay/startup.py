@@ -54,8 +54,8 @@ class ExitCode(enum.IntEnum):
 EXIT_CAUSES: Final[dict[ExitCode, tuple[str, str]]] = {
     ExitCode.BAD_SETTING: (
         "a setting is not usable",
-        "`--log-level verbose`, `RAWP_WS_PORT=abc`, `--reattach-window inf`, a bad `--config` file, "
-        "one key for two workspaces",
+        "`--log-level verbose`, `RAWP_WS_PORT=abc`, `--reattach-window inf`, "
+        "a bad `--config` file, one key for two workspaces",
     ),
     ExitCode.CANNOT_LISTEN: (
         "a port cannot be listened on",

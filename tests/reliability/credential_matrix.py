@@ -22,6 +22,9 @@ the master answers the hello with; an int < 600 is the HTTP status. Decisions en
   (an edge may send ``session.renamed`` anyway, §7.6), stream and export it, cancel its
   turn, revoke itself; the ``client`` grant adds attaching as client, ``delete`` adds
   DELETE; listing, creating, forking and issuing tokens need an API key (**403**);
+* API keys are managed by keys with ``admin`` (every key given by flag has it) in their own
+  workspace: another workspace's key id is absent (**404**), a key's own id **409**, a token
+  **403**;
 * health, readiness, metrics and the dashboard's static files need no credential.
 """
 
@@ -71,6 +74,10 @@ MATRIX: Final[dict[str, tuple[int | str, ...]]] = {
     "DELETE /v1/tokens/(own id)":       (403,  403,   200,  200,  200,   200,   401,    401,    401,    401),
     "DELETE /v1/session/S":             (200,  404,   403,  403,  200,   404,   401,    401,    401,    401),
     "DELETE /v1/sessions/S":            (200,  404,   403,  403,  200,   404,   401,    401,    401,    401),
+    "GET /v1/keys":                     (200,  200,   403,  403,  403,   403,   401,    401,    401,    401),
+    "POST /v1/keys":                    (201,  201,   403,  403,  403,   403,   401,    401,    401,    401),
+    "DELETE /v1/keys/(a key of S's ws)": (200, 404,   403,  403,  403,   403,   401,    401,    401,    401),
+    "DELETE /v1/keys/(own id)":         (409,  409,   403,  403,  403,   403,   401,    401,    401,    401),
     "GET /healthz":                     (200,  200,   200,  200,  200,   200,   200,    200,    200,    200),
     "GET /readyz":                      (200,  200,   200,  200,  200,   200,   200,    200,    200,    200),
     "GET /metrics":                     (200,  200,   200,  200,  200,   200,   200,    200,    200,    200),
@@ -133,6 +140,10 @@ ROUTES: Final[dict[str, Request]] = {
     "DELETE /v1/tokens/(own id)": Request("http", "DELETE", "/v1/tokens/{OWN}"),
     "DELETE /v1/session/S": Request("http", "DELETE", "/v1/session/{S}"),
     "DELETE /v1/sessions/S": Request("http", "DELETE", "/v1/sessions/{S}"),
+    "GET /v1/keys": Request("http", "GET", "/v1/keys"),
+    "POST /v1/keys": Request("http", "POST", "/v1/keys", body={"scopes": ["read"]}),
+    "DELETE /v1/keys/(a key of S's ws)": Request("http", "DELETE", "/v1/keys/{K}"),
+    "DELETE /v1/keys/(own id)": Request("http", "DELETE", "/v1/keys/{OWN}"),
     "GET /healthz": Request("http", "GET", "/healthz"),
     "GET /readyz": Request("http", "GET", "/readyz"),
     "GET /metrics": Request("http", "GET", "/metrics"),

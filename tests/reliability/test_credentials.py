@@ -42,6 +42,7 @@ class World:
         self.new = f"s-cmnew-{tag}"
         self.secrets: dict[str, str | None] = {}
         self.victim_id = ""  # a token of S that the "(a token of S)" row revokes
+        self.victim_key_id = ""  # a stored key of S's workspace that a keys row revokes
 
     async def build(self) -> World:
         hub = self.master.hub
@@ -65,12 +66,15 @@ class World:
         self.secrets["unknown"] = "st_" + uuid.uuid4().hex
         self.secrets["none"] = None
         self.victim_id = (await token())[1].digest
+        self.victim_key_id = (await auth.create_key("default", ["read"]))[1].digest
         return self
 
     def path(self, template: str, credential: str) -> str:
         secret = self.secrets[credential]
         own = digest(secret) if secret else "none"
-        return template.format(S=self.s, S2=self.s2, NEW=self.new, T=self.victim_id, OWN=own)
+        return template.format(
+            S=self.s, S2=self.s2, NEW=self.new, T=self.victim_id, OWN=own, K=self.victim_key_id
+        )
 
 
 async def _ws(master: Master, world: World, credential: str, request: Request) -> int | str:
@@ -153,7 +157,7 @@ async def test_every_route_is_in_the_matrix(master: Master) -> None:
     }
     covered |= {
         (m, p.replace("{T}", "{token_id}").replace("{OWN}", "{token_id}")) for m, p in covered
-    }
+    } | {(m, p.replace("{K}", "{key_id}").replace("{OWN}", "{key_id}")) for m, p in covered}
     missing = []
     for route in app.router.routes():
         info = route.resource.get_info() if route.resource is not None else {}

@@ -356,3 +356,34 @@ async def test_secrets_are_compared_by_digest_in_constant_time(
     secret, record = await master.hub.auth.create_key("default", ["read"])
     await master.hub.auth.authenticate(secret)
     assert (record.digest, digest(secret)) in seen
+
+
+async def test_a_key_stored_by_an_earlier_build_keeps_every_scope_and_is_listed(
+    tmp_path: Path,
+) -> None:
+    """A key record without scopes (an earlier build's) authenticates with every scope and
+    shows in GET /v1/keys, so an admin can find and revoke it."""
+    from relay.store import open_store
+    from relay.store.base import Credential
+
+    store_url = f"sqlite:{tmp_path / 'rawp.db'}"
+    store = open_store(store_url)
+    await store.start()
+    await store.put_credential(
+        Credential(digest=digest("rk_from_before"), kind="key", workspace="default")
+    )
+    await store.close()
+    master = Master(settings_for(store=store_url))
+    await master.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            api = Api(http, master.http_url)
+            who = await api.get("/v1/whoami", token="rk_from_before")
+            assert who.body["scopes"] == ADMIN_SCOPES
+            listed = {k["key_id"]: k for k in (await api.get("/v1/keys")).body["keys"]}
+            assert listed[digest("rk_from_before")]["scopes"] == ADMIN_SCOPES
+            gone = await api.delete(f"/v1/keys/{digest('rk_from_before')}")
+            assert gone.status == 200
+            assert (await api.get("/v1/whoami", token="rk_from_before")).status == 401
+    finally:
+        await master.stop()
