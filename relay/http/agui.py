@@ -372,8 +372,19 @@ async def _input_frames(
         if message_id in seen:
             continue
         seen.add(message_id)
-        if await session.store.message_seq(session.id, message_id) is not None:
-            continue
+        seq = await session.store.message_seq(session.id, message_id)
+        if seq is not None:
+            held = await session.store.read(session.id, after_seq=seq - 1, limit=1)
+            if held and held[0].type != "user.message":
+                # Another frame holds that id: refused (docs/protocol.md §3), not taken for
+                # a message the session already has.
+                raise ApiError(
+                    409,
+                    f"message id {names.one_line(message_id[:80])!r} already names another "
+                    f"frame of this session (seq {seq})",
+                    code="message_id_conflict",
+                )
+            continue  # the session has this message (AG-UI clients send every message)
         frames.append(_frame(session.id, "user.message", {"text": text}, message_id))
     answered: set[str] = set()
     for entry in run.resume or []:

@@ -21,6 +21,7 @@ from relay.http import agui
 from relay.server import Master
 from tests.interop.conftest import API_KEY, run_harness
 from tests.interop.test_agui_egress import _answer, _scenario, rawp_agent
+from tests.support.wire import Peer
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -185,3 +186,20 @@ async def test_a_run_nobody_starts_ends_with_run_error(
     assert types == ["RUN_ERROR"]
     assert report["runs"][0]["events"][-1]["code"] == "agent_absent"
     assert await _user_messages(master, "agui-absent") == ["u-1"]
+
+
+async def test_a_message_id_another_frame_holds_is_409(master: Master) -> None:
+    """A user message under the id of a frame that is no user message: 409, none appended."""
+    client = await Peer.open(master.ws_url, "agui-taken", token=API_KEY, create=True)
+    await client.send("agent.state", {"state": "idle"}, message_id="taken")
+    async with asyncio.timeout(10):
+        while await master.store.message_seq("agui-taken", "taken") is None:
+            await asyncio.sleep(0.02)
+    messages: list[Any] = [
+        UserMessage(id="u-1", role="user", content="one"),
+        UserMessage(id="taken", role="user", content="two"),
+    ]
+    status, problem = await _post(master, "agui-taken", _input(messages))
+    assert (status, problem["code"]) == (409, "message_id_conflict")
+    assert await _user_messages(master, "agui-taken") == []
+    await client.close()

@@ -8,8 +8,8 @@ long run (:mod:`bench.fuzz`, ≥ 1,000,000 inputs).
   invalid UTF-8, mutated valid frames (``bytes`` = a binary message when not UTF-8).
 * :class:`Mutator` — a seeded, fast mutational fuzzer over a corpus of valid frames (the
   test vectors and a realistic agent stream) and of Hypothesis examples: byte flips,
-  truncation, splices, JSON-level type confusion and key removal, deep nesting, huge strings,
-  invalid UTF-8, foreign session ids — and valid frames, so the state machine moves.
+  truncation, splices, JSON-level type confusion and key removal, keys twice, deep nesting,
+  huge strings, invalid UTF-8, foreign session ids — and valid frames, so the state machine moves.
 * :class:`InProcessFuzzer` — a :class:`relay.hub.Hub` on a memory store with real
   :class:`relay.ws.Connection` objects on in-memory sockets: every input goes through the
   connection's message path, the codec, the session's inbox, worker, state machine, store and
@@ -86,7 +86,7 @@ def expected_code(message: bytes | str) -> str | None:
     if isinstance(message, bytes):
         return "unsupported_data"
     try:
-        codec.decode(message.encode())
+        codec.decode_received(message.encode())  # as the master decodes what it relays
     except ProtocolError as exc:
         return exc.code
     except Exception as exc:  # the codec itself fails: a known bug or a new one
@@ -299,6 +299,10 @@ class Mutator:
             return base[: rng.randrange(len(base))] + other[rng.randrange(len(other)) :]
         if op in (5, 6, 7):
             return self._json_mutation()
+        if op == 8 and rng.random() < 0.3:
+            # A key twice: validated with one value, read with the other by some parsers.
+            key = rng.choice((b"payload", b"type", b"message_id", b"seq", b"sender"))
+            return base[:-1] + b',"' + key + b'":' + rng.choice((b"{}", b"null", b'"x"')) + b"}"
         if op == 8:
             depth = rng.choice((10, 100, 1000, 5000, 50_000))
             return base[:-1] + b',"deep":' + b"[" * depth + b"]" * depth + b"}"

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
+import aiohttp
 import pytest
 from aiohttp import web
 from websockets.asyncio.client import connect
@@ -353,6 +355,28 @@ async def test_a_body_over_the_size_limit_is_a_413_problem(api: Api) -> None:
     reply = await api.post("/v1/sessions", data=b"[" + b"1," * (1 << 20) + b"1]")
     assert reply.status == 413
     assert reply.problem["status"] == 413
+
+
+async def test_a_body_in_many_small_chunks_is_read_whole(api: Api, master: Master) -> None:
+    """A REST body sent chunked, a few KB at a time with pauses, is read to its end."""
+    await api.create("s-chunks")
+    text = "x" * 600_000
+    body = json.dumps({"type": "user.message", "payload": {"text": text}}).encode()
+
+    async def trickle() -> AsyncIterator[bytes]:
+        for start in range(0, len(body), 8192):
+            yield body[start : start + 8192]
+            if start % (64 * 8192) == 0:
+                await asyncio.sleep(0.01)
+
+    headers = {"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"}
+    url = f"{master.http_url}/v1/sessions/s-chunks/events"
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(url, data=trickle(), headers=headers) as r,
+    ):
+        assert r.status == 201, await r.text()
+        assert (await r.json())["event"]["payload"]["text"] == text
 
 
 async def test_the_routers_own_errors_carry_a_code(api: Api) -> None:

@@ -2,30 +2,21 @@
 
 ``rawp serve`` runs on uvloop when it is installed, whose transports are not asyncio's
 classes; the stream behind a reader that stopped reading must be cut there too, and the
-credential's invalidity is logged once, not at every round of the watch.
+credential's invalidity is logged once, not at every round of the watch (each test of this
+folder runs on both loops: conftest.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 
-import pytest
 import structlog
-import uvloop
 
 from relay.revocation import CHECK_INTERVAL_S
 from relay.server import Master
 from tests.e2e.conftest import API_KEY
 from tests.relay.test_revocation import _flood, _no_streams, _stuck_reader, _until_true
 from tests.support.wire import Peer
-
-
-@pytest.fixture(params=["asyncio", "uvloop"])
-def event_loop_policy(request: pytest.FixtureRequest) -> asyncio.AbstractEventLoopPolicy:
-    """Each test of this module on the plain asyncio loop and on uvloop."""
-    if request.param == "uvloop":
-        return uvloop.EventLoopPolicy()
-    return asyncio.DefaultEventLoopPolicy()
 
 
 async def test_a_stuck_reader_is_cut_after_revocation_and_logged_once(master: Master) -> None:
