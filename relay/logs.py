@@ -45,6 +45,29 @@ def _escaped(value: object) -> object:
     return value
 
 
+class _StderrLogger(structlog.PrintLogger):
+    """A print logger that writes to whatever ``sys.stderr`` is when a line is logged, not
+    what it was when logging was configured: a command run in-process (tests, embedding)
+    may have replaced it and closed the old one since."""
+
+    def __init__(self, *_args: object) -> None:
+        super().__init__(sys.stderr)
+
+    def msg(self, message: str) -> None:
+        with self._lock:
+            print(message, file=sys.stderr, flush=True)
+
+    log = debug = info = warn = warning = err = error = critical = fatal = exception = msg
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The stdlib side of :class:`_StderrLogger`: the stream is looked up for each record."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
 def configure_logging(fmt: str = "console", level: str = "info") -> None:
     """Configure structlog, and route the stdlib loggers (the WebSocket layer, aiohttp, redis, the
     client library) through the same renderer: in JSON mode every line on stderr is one JSON
@@ -66,10 +89,10 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_StderrLogger,
         cache_logger_on_first_use=True,
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=[
