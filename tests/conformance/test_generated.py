@@ -7,12 +7,14 @@ import io
 import json
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from conformance.cli import main_async
-from conformance.generated.drive import DISAGREEMENT
+from conformance.generated.drive import DISAGREEMENT, play
 from conformance.generated.generator import generate
 from conformance.generated.run import Generated, normalized, run_generated
+from conformance.generated.steps import SESSION_PLACEHOLDER, Step
 from conformance.runner import Result, Target
 from rawp.cli import build_parser
 from relay.server import Master
@@ -128,3 +130,33 @@ async def test_json_and_html_reports_carry_generated_failures(tmp_path: Path) ->
     assert "generated/1-4" in page
     assert DISAGREEMENT in page
     assert "FAILED: 1 MUST case(s) failed" in out.getvalue()
+
+
+async def test_a_session_that_would_race_the_reattach_window_skips_naming_it() -> None:
+    """A participant left detached for half the welcome's window makes the session SKIP."""
+    start = json.dumps(
+        {
+            "type": "session.turn.start",
+            "message_id": "0b7c3f1e-8a59-4c6e-9d2b-3f0a8e1c5d77",
+            "session_id": SESSION_PLACEHOLDER,
+            "timestamp": "2026-01-01T00:00:00.000Z",
+            "payload": {"turn_id": "6f1d2c3b-4a5e-4f60-8a71-9b8c7d6e5f40", "turn_index": 0},
+        }
+    )
+    steps = [Step("send", "client", start), Step("drop", "client"), Step("join", "edge1")]
+    master = Master(conformance_settings(reattach_window_s=0.001))
+    await master.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            played = await play(
+                steps,
+                target_of(master),
+                http,
+                session_id="gen-window-race",
+                timeout=5.0,
+                read_timeout=2.0,
+            )
+    finally:
+        await master.stop()
+    assert played.status == "SKIP", played.details
+    assert "reattach window the welcome gives (1 ms)" in played.details
