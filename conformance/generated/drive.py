@@ -310,6 +310,9 @@ class _Game:
         while True:
             async with self.ctx.http_session.get(url, headers=headers) as response:
                 if response.status != 200:
+                    model = self.model
+                    assert model is not None
+                    self.check_clock(model)  # the session may have ended by the clock
                     raise _Skip(
                         f"GET /v1/sessions/{{id}} answered {response.status}: without it a "
                         "participant's detach is not observable (rawp-notes §10)"

@@ -208,8 +208,6 @@ class Outcome:
     closes: dict[str, int] = field(default_factory=dict)
     hello: Hello | None = None
     delete_status: int | None = None
-    detach: str | None = None
-    """A member that dropped: the driver waits until the master shows it detached."""
 
 
 class Model:
@@ -378,7 +376,7 @@ class Model:
         member = self.members.get(step.actor)
         if member is None or not member.attached or self.ended or member.name == OBSERVER:
             return None
-        outcome = Outcome(detach=member.name)
+        outcome = Outcome()
         member.attached = False
         member.cursor = len(self.log)
         if member.role == CLIENT:

@@ -78,7 +78,7 @@ async def killed_master(case_id: str) -> AsyncIterator[tuple[str, str]]:
             stderr=subprocess.DEVNULL,
         )
         try:
-            async with asyncio.timeout(30):
+            async with asyncio.timeout(120):
                 while (urls := _read_urls(urls_file)) is None:
                     if process.returncode is not None:
                         raise RuntimeError(f"the master with the kill of {case_id} exited")
