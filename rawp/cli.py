@@ -15,7 +15,7 @@ from typing import NoReturn
 __all__ = ["main"]
 
 # Packages whose ``cli`` module contributes subcommands, in help order.
-_PROVIDERS = ("relay.cli", "protocol.cli", "conformance.cli", "relay.agui.cli")
+_PROVIDERS = ("relay.cli", "protocol.cli", "conformance.cli", "relay.agui.cli", "relay.acp.cli")
 
 
 class _OneLineParser(argparse.ArgumentParser):

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 
+from ..bridges import bridge_kinds
 from ..logs import configure_logging
 from .bridge import AguiBridge
 
@@ -17,9 +18,7 @@ __all__ = ["register"]
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``bridge`` (with its ``ag-ui`` kind) to the ``rawp`` parser."""
-    bridge = sub.add_parser("bridge", help="attach an agent of another protocol as a RAWP client")
-    kinds = bridge.add_subparsers(dest="bridge_kind", required=True, metavar="KIND")
-    agui = kinds.add_parser(
+    agui = bridge_kinds(sub).add_parser(
         "ag-ui",
         help="an AG-UI agent (HTTP endpoint streaming AG-UI events) as the session's client",
         description="Attach to the relay as the session's client; for every user message "
