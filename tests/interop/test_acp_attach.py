@@ -90,7 +90,7 @@ class Editor:
 @contextlib.asynccontextmanager
 async def attached(
     master: Master, session: str, editor: Editor
-) -> AsyncIterator[ClientSideConnection]:
+) -> AsyncIterator[tuple[ClientSideConnection, asyncio.subprocess.Process]]:
     """``rawp acp attach SESSION`` as a subprocess, the editor's connection to it initialized."""
     env = {
         "RAWP_API_KEY": API_KEY,
@@ -108,11 +108,11 @@ async def attached(
         env=env,
         cwd=ROOT,
         observers=[editor.observe],
-    ) as (conn, _process):
+    ) as (conn, process):
         init = await asyncio.wait_for(conn.initialize(protocol_version=PROTOCOL_VERSION), 60)
         assert init.agent_capabilities is not None
         assert init.agent_capabilities.load_session is True
-        yield conn
+        yield conn, process
 
 
 async def test_load_replays_the_log_and_a_prompt_streams_its_turn(
@@ -127,7 +127,7 @@ async def test_load_replays_the_log_and_a_prompt_streams_its_turn(
         await edge.client.user_message("full please")
         await edge.wait_type("session.usage")
         editor = Editor()
-        async with attached(master, "acp-a1", editor) as conn:
+        async with attached(master, "acp-a1", editor) as (conn, _):
             await conn.load_session(cwd=str(tmp_path), session_id="acp-a1", mcp_servers=[])
             replayed = list(editor.kinds())
             response = await conn.prompt(
@@ -183,7 +183,7 @@ async def test_permission_is_asked_of_the_editor(master: Master, tmp_path: Path)
         Edge(master, "acp-a2") as edge,
     ):
         editor = Editor(choose="allow")
-        async with attached(master, "acp-a2", editor) as conn:
+        async with attached(master, "acp-a2", editor) as (conn, _):
             await conn.load_session(cwd=str(tmp_path), session_id="acp-a2", mcp_servers=[])
             response = await conn.prompt(session_id="acp-a2", prompt=[text_block("permission")])
         assert response.stop_reason == "end_turn"
@@ -281,7 +281,7 @@ async def test_load_of_another_session_is_refused(master: Master, tmp_path: Path
     """session/load names the attached session only; another id is an invalid-params error."""
     async with library_bridge(master, "acp-a5", agent_command(tmp_path)):
         editor = Editor()
-        async with attached(master, "acp-a5", editor) as conn:
+        async with attached(master, "acp-a5", editor) as (conn, _):
             with pytest.raises(RequestError) as refused:
                 await conn.load_session(cwd=str(tmp_path), session_id="other", mcp_servers=[])
     assert refused.value.code == -32602
@@ -308,3 +308,28 @@ async def test_attach_command_line_needs_a_credential() -> None:
     assert b"no credential" in err
     assert out == b""
     assert b"Traceback" not in err
+
+
+async def test_attach_killed_and_started_again_replays_the_whole_session(
+    master: Master, tmp_path: Path
+) -> None:
+    """SIGKILL of the attach: the session goes on; a new attach's load replays everything,
+    what happened while no editor was attached included, once."""
+    async with (
+        library_bridge(master, "acp-a6", agent_command(tmp_path)),
+        Edge(master, "acp-a6") as edge,
+    ):
+        first = Editor()
+        async with attached(master, "acp-a6", first) as (conn, process):
+            await conn.load_session(cwd=str(tmp_path), session_id="acp-a6", mcp_servers=[])
+            await conn.prompt(session_id="acp-a6", prompt=[text_block("one")])
+            process.kill()
+            await process.wait()
+        await edge.client.user_message("two")
+        await edge.wait_type("session.usage", 2)
+        second = Editor()
+        async with attached(master, "acp-a6", second) as (conn, _):
+            await conn.load_session(cwd=str(tmp_path), session_id="acp-a6", mcp_servers=[])
+    assert second.texts("user_message_chunk") == ["one", "two"]
+    assert second.texts() == ["echo: one", "echo: two"]
+    await validate_sequence(edge.frames, tmp_path)
