@@ -179,6 +179,7 @@ class AcpBridge:
         self._problems = 0
         self._problem_at = 0.0
         self.ingest_loading = False
+        self._early: list[tuple[str, SessionUpdate]] = []
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -506,6 +507,9 @@ class AcpBridge:
         started = await step("session/new", agent.conn.new_session(cwd=self.cwd, mcp_servers=[]))
         self.agent_session_id = started.session_id
         self._save_agent_session()
+        early, self._early = self._early, []
+        for session_id, update in early:
+            self.on_update(session_id, update)
         info = init.agent_info
         payload: dict[str, Any] = {"sessionId": started.session_id}
         if info is not None:
@@ -517,6 +521,11 @@ class AcpBridge:
         """A ``session/update`` from the agent: its frames, in arrival order."""
         if self.ingest_loading:
             return  # the replay of a loaded session: the log has it already
+        if self.agent_session_id is None and len(self._early) < 256:
+            # Before session/new's answer names the session (an agent may announce its
+            # commands first): kept until the id is known.
+            self._early.append((session_id, update))
+            return
         if session_id != self.agent_session_id:
             self.on_problem(f"an update for a session it did not open ({session_id[:64]!r})")
             return
@@ -557,12 +566,35 @@ class AcpBridge:
         if self.agent is None:
             await self._agent_ready()
         while True:
-            message = await self._work.get()
+            message = await self._next_message()
             agent = await self._agent_ready()
             if agent is None:
                 continue  # reported; the next message tries again
             await self._one_prompt(agent, message)
             await self._flushed()
+
+    async def _next_message(self) -> UserMessage:
+        """The next user message; an agent that exits meanwhile is reported (and started
+        again for that message)."""
+        getter = asyncio.ensure_future(self._work.get())
+        try:
+            while True:
+                agent = self.agent
+                waiters: set[asyncio.Future[Any]] = {getter}
+                if agent is not None:
+                    waiters.add(agent.exited)
+                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    return getter.result()
+                if agent is not None and agent is self.agent:
+                    await agent.stop(grace=0.5)
+                    self.agent = None
+                    self._report(
+                        "acp_agent_exited",
+                        f"{agent.describe_exit()}; it starts again for the next message",
+                    )
+        finally:
+            getter.cancel()
 
     async def _one_prompt(self, agent: AgentProcess, message: UserMessage) -> None:
         self._cancel.clear()

@@ -121,10 +121,13 @@ class Scripted:
             session_update="available_commands_update",
             available_commands=[AvailableCommand(name="plan", description="make a plan")],
         )
-        asyncio.get_running_loop().call_later(
-            0.05,
-            lambda: asyncio.ensure_future(self.conn.session_update(session_id, commands)),  # type: ignore[union-attr]
-        )
+        if self.args.early:  # announced before session/new's answer names the session
+            await self.conn.session_update(session_id, commands)
+        else:
+            asyncio.get_running_loop().call_later(
+                0.05,
+                lambda: asyncio.ensure_future(self.conn.session_update(session_id, commands)),  # type: ignore[union-attr]
+            )
         return NewSessionResponse(session_id=session_id)
 
     async def load_session(
@@ -343,6 +346,11 @@ class Scripted:
         await self.send(sid, update_agent_message_text("after flood"))
         return PromptResponse(stop_reason="end_turn")
 
+    async def do_exit(self, sid: str, text: str) -> PromptResponse:
+        await self.send(sid, update_agent_message_text("bye"))
+        asyncio.get_running_loop().call_later(0.3, os._exit, 0)  # after the answer, idle
+        return PromptResponse(stop_reason="end_turn")
+
     async def do_refuse(self, sid: str, text: str) -> PromptResponse:
         await self.send(sid, update_agent_message_text("no"))
         return PromptResponse(stop_reason="refusal")
@@ -354,6 +362,7 @@ def main() -> None:
     parser.add_argument("--sessions")
     parser.add_argument("--load", action="store_true")
     parser.add_argument("--no-init", action="store_true")
+    parser.add_argument("--early", action="store_true")
     args = parser.parse_args()
     asyncio.run(run_agent(Scripted(args)))  # type: ignore[arg-type]
 

@@ -240,6 +240,38 @@ async def test_agent_exiting_mid_turn_ends_the_turn(master: Master, tmp_path: Pa
     await validate_sequence(edge.frames, tmp_path)
 
 
+async def test_agent_exiting_between_turns_is_reported_and_restarted(
+    master: Master, tmp_path: Path
+) -> None:
+    """An agent that exits while idle: a session.error says so at once; the next message
+    starts it again."""
+    async with (
+        library_bridge(master, "acp-b18", agent_command(tmp_path)),
+        Edge(master, "acp-b18") as edge,
+    ):
+        await edge.client.user_message("exit")
+        await edge.wait_type("session.error")
+        await edge.client.user_message("again")
+        await edge.wait(_ended(edge, 2))
+    (error,) = payloads(edge, "session.error")
+    assert error["error_code"] == "acp_agent_exited"
+    assert "exit code 0" in error["message"]
+    assert [d["delta"] for d in payloads(edge, "agent.text.delta")] == ["bye", "echo: again"]
+    assert len(records(tmp_path, "initialize")) == 2
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_updates_before_session_new_answers_are_kept(master: Master, tmp_path: Path) -> None:
+    """An update the agent sends before session/new's answer names the session is relayed
+    once the id is known, not reported as one for an unknown session."""
+    command = agent_command(tmp_path, "--early")
+    async with library_bridge(master, "acp-b19", command), Edge(master, "acp-b19") as edge:
+        await edge.wait_type("acp.available_commands_update")
+        await edge.client.user_message("hello")
+        await edge.wait(_ended(edge))
+    assert payloads(edge, "session.error") == []
+
+
 async def test_prompt_answered_with_an_error(master: Master, tmp_path: Path) -> None:
     """A JSON-RPC error for session/prompt ends the turn with error and says why."""
     async with (
