@@ -249,6 +249,18 @@ class Scripted:
         await self.send(sid, update_tool_call("call-p", status="failed", raw_output="skipped"))
         return PromptResponse(stop_reason="end_turn")
 
+    async def do_retract(self, sid: str, text: str) -> PromptResponse:
+        # JSON-RPC's $/cancel_request for our own permission request (the package has no
+        # helper for it: its connection's next id and raw notification, test-only).
+        raw: Any = self.conn._conn  # type: ignore[union-attr]
+        asking = asyncio.ensure_future(self.ask(sid))
+        await asyncio.sleep(0.3)
+        await raw.send_notification("$/cancel_request", {"requestId": raw._next_request_id - 1})
+        answer = await asking
+        self.record("permission_answer", outcome=answer.outcome.outcome)
+        await self.send(sid, update_tool_call("call-p", status="failed", raw_output="retracted"))
+        return PromptResponse(stop_reason="end_turn")
+
     async def do_cancel(self, sid: str, text: str) -> PromptResponse:
         await self.send(sid, update_agent_message_text("working"))
         await self.cancelled.wait()

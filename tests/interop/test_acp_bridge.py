@@ -171,6 +171,25 @@ async def test_agent_moving_on_withdraws_its_question(master: Master, tmp_path: 
     await validate_sequence(edge.frames, tmp_path)
 
 
+async def test_agent_cancel_request_withdraws_its_question(master: Master, tmp_path: Path) -> None:
+    """$/cancel_request for a pending permission request: withdrawn from the edges, and the
+    agent's request answered cancelled."""
+    async with (
+        library_bridge(master, "acp-b20", agent_command(tmp_path)),
+        Edge(master, "acp-b20") as edge,
+    ):
+        await edge.client.user_message("retract")
+        await edge.wait(_ended(edge))
+    (ask,) = payloads(edge, "agent.interaction.request")
+    (withdrawn,) = payloads(edge, "agent.interaction.cancel")
+    assert withdrawn == {
+        "interaction_id": ask["interaction_id"],
+        "reason": "the agent withdrew the request",
+    }
+    assert records(tmp_path, "permission_answer")[0]["params"]["outcome"] == "cancelled"
+    await validate_sequence(edge.frames, tmp_path)
+
+
 async def test_control_cancel_becomes_session_cancel(master: Master, tmp_path: Path) -> None:
     """control.cancel → session/cancel; the agent's cancelled answer ends the turn cancelled."""
     async with (
