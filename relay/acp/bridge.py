@@ -202,6 +202,12 @@ class AcpBridge:
                 if failure is not None and not isinstance(failure, ClientClosed):
                     raise failure
         finally:
+            # The worker first: a turn cut short here is left to the session's finalization
+            # (and ended by the next start, above), not ended as if the agent had failed.
+            for task in tasks[1:3]:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
             for permission in self._permissions.values():
                 if not permission.answer.done():
                     permission.answer.set_result(None)

@@ -210,8 +210,8 @@ async def test_two_editors_and_a_dashboard_edge_on_one_agent(
     ):
         first, second = Editor(), Editor(choose="reject")
         async with (
-            attached(master, "acp-a3", first) as one,
-            attached(master, "acp-a3", second) as two,
+            attached(master, "acp-a3", first) as (one, _),
+            attached(master, "acp-a3", second) as (two, _),
         ):
             await one.load_session(cwd=str(tmp_path), session_id="acp-a3", mcp_servers=[])
             await two.load_session(cwd=str(tmp_path), session_id="acp-a3", mcp_servers=[])
