@@ -77,7 +77,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-FrameT = TypeVar("FrameT", bound=Frame)
+FrameT = TypeVar("FrameT", bound=Frame | GenericFrame)
 
 
 def run(coroutine: Coroutine[Any, Any, T]) -> T:
@@ -321,7 +321,7 @@ class RawpClient(ClientLink):
 
     # --- sending -------------------------------------------------------------------------
 
-    async def send(self, frame: Frame) -> int:
+    async def send(self, frame: Frame | GenericFrame) -> int:
         """Send ``frame`` and wait until the master committed it; returns its seq.
 
         notes §16.3. The seq is the one the master's ``connection.ack`` names: the frame's own
@@ -334,7 +334,7 @@ class RawpClient(ClientLink):
         await self.post(frame)
         return await self.committed(frame)
 
-    async def committed(self, frame: Frame | str) -> int:
+    async def committed(self, frame: Frame | GenericFrame | str) -> int:
         """Wait until the master committed ``frame`` (or the frame of that message id), as
         :meth:`send` does; for frames sent with :meth:`post` or a typed helper."""
         message_id = frame if isinstance(frame, str) else frame.message_id

@@ -68,7 +68,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Generic
 
-from . import codec
+from . import codec, names
 from .buffers import BufferedItem
 from .client_errors import ClientError, FrameLost
 from .client_frames import DEFAULT_BUFFER, Delivered, create_spec, is_request, unpacked
@@ -92,6 +92,7 @@ from .frames import (
     Role,
     SessionError,
     Welcome,
+    frame_types,
 )
 from .own_frames import OwnFrames
 from .reattach import fitting_history
@@ -424,7 +425,9 @@ class ClientCore(Generic[FutureT]):
         return self._round(resend, fresh)
 
     def _round(
-        self, resend: list[BufferedItem[Frame]], fresh: list[BufferedItem[Frame]]
+        self,
+        resend: list[BufferedItem[Frame | GenericFrame]],
+        fresh: list[BufferedItem[Frame | GenericFrame]],
     ) -> Iterator[bytes]:
         for item in resend:
             self._commits.wrote(item.value.message_id, [item.value.message_id])
@@ -448,7 +451,7 @@ class ClientCore(Generic[FutureT]):
 
     _envelope = envelope
 
-    def _fold_own(self, frame: Frame) -> None:
+    def _fold_own(self, frame: Frame | GenericFrame) -> None:
         # The master echoes a rename to its sender (notes §15.9): that copy, with its seq, is
         # folded in log order. A delete request is not logged at all: the master's cleanup
         # frames and its own session.deleted arrive instead (notes §9, §15.8). Every other
@@ -456,9 +459,18 @@ class ClientCore(Generic[FutureT]):
         if not isinstance(frame, Renamed | Deleted):
             self.view.fold(frame, self.role)
 
-    def _encode_outgoing(self, frame: Frame) -> bytes:
-        """``frame`` on the wire; raises if this role may not send it or it is too big."""
-        if frame.type not in allowed_types(self.role) or frame.type.startswith("connection."):
+    def _encode_outgoing(self, frame: Frame | GenericFrame) -> bytes:
+        """``frame`` on the wire; raises if this role may not send it or it is too big.
+
+        A :class:`GenericFrame` leaves only as an ignorable frame of a type this version does
+        not know (docs/protocol.md §3): what a bridge carries that RAWP has no frame for.
+        """
+        if isinstance(frame, GenericFrame):
+            if frame.metadata is None or not frame.metadata.ignorable:
+                raise InvalidFrame(f"{frame.type} is not a known type; mark it ignorable")
+            if frame.type in frame_types() or not names.is_frame_type(frame.type):
+                raise InvalidFrame(f"{frame.type!r} cannot be sent as an ignorable frame")
+        elif frame.type not in allowed_types(self.role) or frame.type.startswith("connection."):
             raise DirectionError(f"a {self.role} may not send {frame.type} (notes §4)")
         data = codec.encode(frame)
         if self._max_frame_bytes is not None and len(data) > self._max_frame_bytes:
@@ -467,12 +479,12 @@ class ClientCore(Generic[FutureT]):
             )
         return data
 
-    def _sent_live(self, data: bytes, frame: Frame) -> None:
+    def _sent_live(self, data: bytes, frame: Frame | GenericFrame) -> None:
         """``frame`` left on a live socket: in flight until the master acknowledges it."""
         self._own.sent_live(data, frame)
         self._fold_own(frame)
 
-    def _hold(self, data: bytes, frame: Frame) -> None:
+    def _hold(self, data: bytes, frame: Frame | GenericFrame) -> None:
         """No live socket: keep ``frame`` for the next reattach."""
         # A delete request or a fatal error starts the master's termination procedure only
         # when it arrives live (notes §9): it follows the history, never in it.

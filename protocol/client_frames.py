@@ -62,7 +62,7 @@ def create_spec(create: CreateSpec | str | bool | None) -> CreateSpec | None:
     return create
 
 
-def is_request(frame: Frame) -> bool:
+def is_request(frame: Frame | GenericFrame) -> bool:
     """A frame that asks the master to act (notes §9) rather than one the log keeps."""
     if isinstance(frame, Deleted):
         return True

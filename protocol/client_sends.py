@@ -9,6 +9,9 @@ from __future__ import annotations
 import uuid
 from typing import Any, Literal, TypeVar
 
+import msgspec
+
+from . import codec
 from .client_core import ClientCore
 from .commits import FutureT
 from .frames import (
@@ -23,6 +26,7 @@ from .frames import (
     Deleted,
     DeletedPayload,
     Frame,
+    GenericFrame,
     InteractionCancel,
     InteractionCancelPayload,
     InteractionRequest,
@@ -30,6 +34,7 @@ from .frames import (
     InteractionResponse,
     InteractionResponsePayload,
     MessageUsage,
+    Metadata,
     PreservedElements,
     Renamed,
     RenamedPayload,
@@ -60,7 +65,7 @@ from .frames import (
 
 __all__ = ["TypedSends"]
 
-FrameT = TypeVar("FrameT", bound=Frame)
+FrameT = TypeVar("FrameT", bound=Frame | GenericFrame)
 
 
 class TypedSends(ClientCore[FutureT]):
@@ -217,6 +222,18 @@ class TypedSends(ClientCore[FutureT]):
         return await self.post(Compacted(payload=payload, **self._envelope()))
 
     # --- typed helpers: both roles ------------------------------------------------------
+
+    async def ignorable(self, frame_type: str, payload: dict[str, Any]) -> GenericFrame:
+        """A frame of a type RAWP does not define, marked ``metadata.ignorable``: logged and
+        relayed untouched, skipped by views that do not know it (docs/protocol.md §3).
+        ``frame_type`` follows the type grammar and names no RAWP frame (``acp.plan``)."""
+        frame = GenericFrame(
+            type=frame_type,
+            payload=msgspec.Raw(codec.encode_json(payload)),
+            metadata=Metadata(ignorable=True),
+            **self._envelope(),
+        )
+        return await self.post(frame)
 
     async def rename(self, name: str) -> Renamed:
         """§7.6.1 ``session.renamed`` (``renamed_by`` is this role)."""

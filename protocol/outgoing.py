@@ -6,7 +6,7 @@ import msgspec
 
 from . import codec
 from .buffers import BoundedBuffer, BufferedItem, buffer_status
-from .frames import BufferStatus, Frame, Policy
+from .frames import BufferStatus, Frame, GenericFrame, Policy
 
 __all__ = ["OutgoingBuffer", "SavedBuffer", "merge_status"]
 
@@ -30,18 +30,18 @@ class OutgoingBuffer:
     """
 
     def __init__(self, policy: Policy, capacity_bytes: int) -> None:
-        self.buffer: BoundedBuffer[Frame] = BoundedBuffer(policy, capacity_bytes)
+        self.buffer: BoundedBuffer[Frame | GenericFrame] = BoundedBuffer(policy, capacity_bytes)
         self._watermark_floor = 0
         self._drop_closed = False
 
-    def push(self, data: bytes, frame: Frame) -> bool:
+    def push(self, data: bytes, frame: Frame | GenericFrame) -> bool:
         if self._drop_closed:
             self.buffer.add_lost(1)
             return False
         return self.buffer.push(data, frame)
 
     @property
-    def items(self) -> list[BufferedItem[Frame]]:
+    def items(self) -> list[BufferedItem[Frame | GenericFrame]]:
         return self.buffer.items
 
     def status(self) -> BufferStatus:
@@ -50,7 +50,7 @@ class OutgoingBuffer:
             status = msgspec.structs.replace(status, buffer_high_watermark=self._watermark_floor)
         return status
 
-    def take(self) -> tuple[list[BufferedItem[Frame]], BufferStatus]:
+    def take(self) -> tuple[list[BufferedItem[Frame | GenericFrame]], BufferStatus]:
         """The frames held and their status; the buffer starts over."""
         status = self.status()
         items = self.buffer.drain()
@@ -72,7 +72,7 @@ class OutgoingBuffer:
         outgoing = cls(saved.policy, saved.capacity_bytes)
         for raw in saved.frames:
             frame = codec.decode(raw)
-            if isinstance(frame, Frame):
+            if isinstance(frame, Frame | GenericFrame):
                 outgoing.buffer.push(bytes(raw), frame)
         outgoing.buffer.add_lost(saved.lost_frame_count)
         outgoing._watermark_floor = saved.high_watermark

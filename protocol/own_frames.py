@@ -17,7 +17,7 @@ import msgspec
 
 from . import codec
 from .buffers import BoundedBuffer, BufferedItem
-from .frames import BufferRequest, BufferStatus, Frame
+from .frames import BufferRequest, BufferStatus, Frame, GenericFrame
 from .outgoing import OutgoingBuffer, merge_status
 from .snapshot import ClientSnapshot
 
@@ -35,8 +35,10 @@ class OwnFrames:
     def __init__(self, buffer_request: BufferRequest, in_flight_bytes: int | None) -> None:
         self.outgoing = OutgoingBuffer(buffer_request.policy, buffer_request.capacity_bytes)
         window = in_flight_bytes if in_flight_bytes is not None else buffer_request.capacity_bytes
-        self.in_flight: BoundedBuffer[Frame] = BoundedBuffer("RING", max(window, 0))
-        self.deferred: list[BufferedItem[Frame]] = []  # requests that must not ride a history
+        self.in_flight: BoundedBuffer[Frame | GenericFrame] = BoundedBuffer("RING", max(window, 0))
+        self.deferred: list[
+            BufferedItem[Frame | GenericFrame]
+        ] = []  # requests that must not ride a history
         self.pending_status: BufferStatus | None = None  # a history's status that never left
         self.last_sync: tuple[str, _dt.datetime] | None = None
         self._sent_times: OrderedDict[str, _dt.datetime] = OrderedDict()
@@ -48,11 +50,11 @@ class OwnFrames:
         self.outgoing = OutgoingBuffer.restore(snapshot.outgoing)
         for raw in snapshot.in_flight:
             frame = codec.decode(raw)
-            if isinstance(frame, Frame):
+            if isinstance(frame, Frame | GenericFrame):
                 self.in_flight.push(bytes(raw), frame)
         for raw in snapshot.deferred:
             frame = codec.decode(raw)
-            if isinstance(frame, Frame):
+            if isinstance(frame, Frame | GenericFrame):
                 self.deferred.append(BufferedItem(bytes(raw), frame))
 
     def saved_in_flight(self) -> list[msgspec.Raw]:
@@ -80,18 +82,18 @@ class OwnFrames:
 
     # --- frames moving -----------------------------------------------------------------
 
-    def remember_sent(self, frame: Frame) -> None:
+    def remember_sent(self, frame: Frame | GenericFrame) -> None:
         """``frame`` left on a socket: keep its timestamp for a later ``last_sync_timestamp``."""
         self._sent_times[frame.message_id] = frame.timestamp
         if len(self._sent_times) > _SENT_TIMES:
             self._sent_times.popitem(last=False)
 
-    def sent_live(self, data: bytes, frame: Frame) -> None:
+    def sent_live(self, data: bytes, frame: Frame | GenericFrame) -> None:
         """``frame`` left on a live socket: in flight until the master acknowledges it."""
         self.in_flight.push(data, frame)
         self.remember_sent(frame)
 
-    def hold(self, data: bytes, frame: Frame, *, after_history: bool) -> None:
+    def hold(self, data: bytes, frame: Frame | GenericFrame, *, after_history: bool) -> None:
         """No live socket: keep ``frame`` for the next reattach, in the outgoing buffer or
         (``after_history``: a request that must arrive live) behind the history."""
         if after_history:
@@ -123,7 +125,7 @@ class OwnFrames:
 
     def take_for_reattach(
         self, received: str | None
-    ) -> tuple[list[BufferedItem[Frame]], BufferStatus]:
+    ) -> tuple[list[BufferedItem[Frame | GenericFrame]], BufferStatus]:
         """What a reattach sends: the window after ``received`` (what the welcome says the
         master has), then the buffered frames (in flight from now on), with their status."""
         if received:
@@ -138,7 +140,7 @@ class OwnFrames:
 
     def take_for_resend(
         self, count: int
-    ) -> tuple[list[BufferedItem[Frame]], list[BufferedItem[Frame]]]:
+    ) -> tuple[list[BufferedItem[Frame | GenericFrame]], list[BufferedItem[Frame | GenericFrame]]]:
         """A re-send round (§7): the last ``count`` frames of the window, and the frames that
         waited behind them (buffered and deferred), in flight from now on."""
         resend = self.in_flight.items[len(self.in_flight) - count :] if count else []

@@ -10,23 +10,23 @@ import msgspec
 
 from . import codec
 from .buffers import BufferedItem, buffer_status
-from .frames import BufferStatus, Frame, History, HistoryPayload
+from .frames import BufferStatus, Frame, GenericFrame, History, HistoryPayload
 
 __all__ = ["fitting_history"]
 
 
 def fitting_history(
-    items: list[BufferedItem[Frame]],
+    items: list[BufferedItem[Frame | GenericFrame]],
     status: BufferStatus,
     synced: tuple[str, _dt.datetime],
     *,
     max_frame_bytes: int | None,
     envelope: Callable[[], dict[str, Any]],
-) -> tuple[History, list[BufferedItem[Frame]]]:
+) -> tuple[History, list[BufferedItem[Frame | GenericFrame]]]:
     """One ``session.history`` of ``items`` that fits in ``max_frame_bytes``, and the items it
     carries; ``synced`` is the last frame the master has from us (message id, timestamp)."""
 
-    def build(kept: list[BufferedItem[Frame]], extra_lost: int) -> History:
+    def build(kept: list[BufferedItem[Frame | GenericFrame]], extra_lost: int) -> History:
         status_ = status
         if extra_lost:
             lost = status.lost_frame_count

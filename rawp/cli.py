@@ -18,7 +18,7 @@ from protocol.version import version_line
 __all__ = ["main"]
 
 # Packages whose ``cli`` module contributes subcommands, in help order.
-_PROVIDERS = ("relay.cli", "protocol.cli", "conformance.cli", "relay.agui.cli")
+_PROVIDERS = ("relay.cli", "protocol.cli", "conformance.cli", "relay.agui.cli", "relay.acp.cli")
 
 
 class _OneLineParser(argparse.ArgumentParser):

@@ -13,6 +13,7 @@ import structlog
 from protocol.cli_flags import LOCAL_WS_URL, add_connection_flags, connection, usage_error
 from protocol.errors import HandshakeError, RawpError
 
+from ..bridges import bridge_kinds
 from ..config import LOG_LEVELS
 from ..logs import configure_logging
 from .bridge import AguiBridge
@@ -24,9 +25,7 @@ _log = structlog.get_logger("rawp.agui")
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``bridge`` (with its ``ag-ui`` kind) to the ``rawp`` parser."""
-    bridge = sub.add_parser("bridge", help="attach an agent of another protocol as a RAWP client")
-    kinds = bridge.add_subparsers(dest="bridge_kind", required=True, metavar="KIND")
-    agui = kinds.add_parser(
+    agui = bridge_kinds(sub).add_parser(
         "ag-ui",
         help="an AG-UI agent (HTTP endpoint streaming AG-UI events) as the session's client",
         description="Attach to the relay as the session's client; for every user message "

@@ -1,0 +1,157 @@
+"""``rawp bridge acp`` and ``rawp acp attach``: ACP agents behind the relay, editors attached
+to remote sessions (docs/acp.md)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+
+from ..bridges import bridge_kinds
+from ..logs import configure_logging
+from .link import DEFAULT_MAX_MESSAGE_BYTES
+
+__all__ = ["register"]
+
+_DEFAULT_WS_URL = "ws://127.0.0.1:8765/v1/ws"
+
+
+def _connection_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--ws-url",
+        default=os.environ.get("RAWP_WS_URL", _DEFAULT_WS_URL),
+        help=f"the master's WebSocket URL (default: $RAWP_WS_URL or {_DEFAULT_WS_URL})",
+    )
+    parser.add_argument(
+        "--token",
+        default=None,
+        help="API key or session token (default: $RAWP_API_KEY, then $RAWP_TOKEN)",
+    )
+    parser.add_argument("--log-level", default="info", help="debug, info, warning, error")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``bridge acp`` and ``acp attach`` to the ``rawp`` parser."""
+    bridge = bridge_kinds(sub).add_parser(
+        "acp",
+        help="an ACP agent (a command speaking ACP on stdio) as the session's client",
+        description="Start the ACP agent COMMAND and attach to the relay as the session's "
+        "client: every user message from the edges becomes a session/prompt, the agent's "
+        "updates become RAWP frames, its permission requests are answered by the first edge. "
+        "Put the agent's command after --, e.g. rawp bridge acp --session s1 -- my-agent --acp",
+    )
+    _connection_flags(bridge)
+    bridge.add_argument("--session", required=True, help="the RAWP session id")
+    bridge.add_argument(
+        "--state", default=None, metavar="FILE", help="persist the client here (resume on restart)"
+    )
+    bridge.add_argument(
+        "--no-create", action="store_true", help="attach only to a session that exists"
+    )
+    bridge.add_argument(
+        "--cwd", default=None, help="the agent's working directory (default: the current one)"
+    )
+    bridge.add_argument(
+        "--init-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="bound of the agent's initialize and session/new or session/load answers",
+    )
+    bridge.add_argument(
+        "--cancel-grace",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long a cancelled turn waits for the agent to stop before it is stopped",
+    )
+    bridge.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=DEFAULT_MAX_MESSAGE_BYTES,
+        metavar="BYTES",
+        help="a longer line from the agent is dropped and reported",
+    )
+    bridge.add_argument("command", nargs="+", metavar="COMMAND", help="the agent and its args")
+    bridge.set_defaults(handler=_run_bridge)
+
+    acp = sub.add_parser("acp", help="speak ACP to an editor")
+    acp_sub = acp.add_subparsers(dest="acp_command", required=True, metavar="COMMAND")
+    attach = acp_sub.add_parser(
+        "attach",
+        help="an ACP agent on stdio, attached to a remote session as an edge",
+        description="Run as an ACP agent on stdin/stdout (an editor launches it as any "
+        "agent): session/load replays SESSION's log, session/prompt sends a user message and "
+        "streams the turn back, permission requests are asked of the editor. Logs go to stderr.",
+    )
+    _connection_flags(attach)
+    attach.add_argument("session", metavar="SESSION", help="the RAWP session id")
+    attach.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=DEFAULT_MAX_MESSAGE_BYTES,
+        metavar="BYTES",
+        help="a longer line from the editor is dropped",
+    )
+    attach.set_defaults(handler=_run_attach)
+
+
+def _token(args: argparse.Namespace, command: str) -> str | None:
+    token: str | None = args.token or os.environ.get("RAWP_API_KEY") or os.environ.get("RAWP_TOKEN")
+    if not token:
+        print(
+            f"rawp {command}: no credential (--token, $RAWP_API_KEY or $RAWP_TOKEN)",
+            file=sys.stderr,
+        )
+    return token
+
+
+def _serve(run: object, close: object) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(signum, close)  # type: ignore[arg-type]
+        await run()  # type: ignore[operator]
+
+    asyncio.run(main())
+
+
+def _run_bridge(args: argparse.Namespace) -> int:
+    from .bridge import AcpBridge
+
+    configure_logging("console", args.log_level)
+    token = _token(args, "bridge acp")
+    if token is None:
+        return 2
+    bridge = AcpBridge(
+        args.ws_url,
+        args.session,
+        args.command,
+        token=token,
+        state_path=args.state,
+        create=not args.no_create,
+        cwd=args.cwd,
+        init_timeout=args.init_timeout,
+        cancel_grace=args.cancel_grace,
+        max_message_bytes=args.max_message_bytes,
+    )
+    _serve(bridge.run, bridge.close)
+    return 0
+
+
+def _run_attach(args: argparse.Namespace) -> int:
+    from .attach import AcpAttach
+
+    configure_logging("console", args.log_level)
+    token = _token(args, "acp attach")
+    if token is None:
+        return 2
+    attach = AcpAttach(
+        args.ws_url, args.session, token=token, max_message_bytes=args.max_message_bytes
+    )
+    _serve(attach.run, attach.close)
+    return 0

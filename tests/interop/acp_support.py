@@ -1,0 +1,139 @@
+"""What the ACP interop tests share: a recording RAWP edge, the scripted agent's command line,
+the bridge in this process, ``rawp validate --sequence`` on what an edge saw."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from protocol import codec
+from protocol.client import RawpClient
+from protocol.client_frames import unpacked
+from protocol.frames import Frame, GenericFrame, History
+from relay.acp import AcpBridge
+from relay.server import Master
+from tests.e2e.conftest import API_KEY
+
+__all__ = [
+    "AGENT",
+    "Edge",
+    "agent_command",
+    "library_bridge",
+    "payloads",
+    "records",
+    "validate_sequence",
+]
+
+AGENT = Path(__file__).parent / "acp_agent.py"
+
+
+def agent_command(tmp_path: Path, *flags: str) -> list[str]:
+    """The scripted ACP agent's command line, recording to ``tmp_path/record.jsonl``."""
+    return [sys.executable, str(AGENT), "--record", str(tmp_path / "record.jsonl"), *flags]
+
+
+def records(tmp_path: Path, method: str | None = None) -> list[dict[str, Any]]:
+    """What the scripted agent received (``method`` only, when given)."""
+    path = tmp_path / "record.jsonl"
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in rows if method is None or r["method"] == method]
+
+
+class Edge:
+    """A RAWP edge that records every frame it is delivered."""
+
+    def __init__(self, master: Master, session_id: str, **options: Any) -> None:
+        options.setdefault("from_start", True)
+        self.client = RawpClient(master.ws_url, session_id, role="edge", token=API_KEY, **options)
+        self.frames: list[Frame | GenericFrame] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Edge:
+        await self.client.connect()
+        self._task = asyncio.create_task(self._read())
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.client.close()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _read(self) -> None:
+        async for frame in self.client:
+            if isinstance(frame, History) and frame.seq is None:
+                # The master's backlog: its log entries, each with its seq, as if live. (A
+                # client's history is a log entry of its own and stays whole.)
+                self.frames.extend(unpacked(frame))
+            else:
+                self.frames.append(frame)
+
+    def types(self) -> list[str]:
+        """Types of the frames delivered (connection and presence frames aside)."""
+        return [
+            f.type
+            for f in self.frames
+            if not f.type.startswith("connection.") and f.type != "session.presence"
+        ]
+
+    async def wait(self, predicate: Callable[[list[Frame | GenericFrame]], bool]) -> None:
+        """Until ``predicate(frames)``; the timeout only guards a hang."""
+        async with asyncio.timeout(60):
+            while not predicate(self.frames):
+                await asyncio.sleep(0.02)
+
+    async def wait_type(self, frame_type: str, count: int = 1) -> None:
+        """Until ``count`` frames of ``frame_type`` arrived."""
+        await self.wait(lambda fs: sum(f.type == frame_type for f in fs) >= count)
+
+
+def payloads(edge: Edge, frame_type: str) -> list[dict[str, Any]]:
+    """The payloads of the frames of ``frame_type`` the edge saw, in order."""
+    return [
+        codec.decode_object(codec.encode(f))["payload"] for f in edge.frames if f.type == frame_type
+    ]
+
+
+@contextlib.asynccontextmanager
+async def library_bridge(
+    master: Master, session_id: str, command: list[str], **options: Any
+) -> AsyncIterator[AcpBridge]:
+    """The bridge as the library class, in this process, attached before it yields."""
+    bridge = AcpBridge(master.ws_url, session_id, command, token=API_KEY, **options)
+    task = asyncio.create_task(bridge.run())
+    async with asyncio.timeout(30):
+        while not bridge.client.connected:
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.02)
+    try:
+        yield bridge
+    finally:
+        bridge.close()
+        await asyncio.wait_for(task, 30)
+
+
+async def validate_sequence(frames: list[Frame | GenericFrame], tmp_path: Path) -> None:
+    """``rawp validate --sequence`` passes on the frames (JSON Lines)."""
+    path = tmp_path / "frames.jsonl"
+    path.write_bytes(b"".join(codec.encode(f) + b"\n" for f in frames))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rawp.cli",
+        "validate",
+        str(path),
+        "--sequence",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, out.decode() + err.decode()

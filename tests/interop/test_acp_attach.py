@@ -1,0 +1,335 @@
+"""``rawp acp attach`` driven by the official ``agent-client-protocol`` package's client side (an
+editor), on a session whose agent is a scripted ACP agent behind ``rawp bridge acp``: a real
+master, real subprocesses, every RAWP edge's frames valid in sequence."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from acp import PROTOCOL_VERSION, RequestError, text_block
+from acp.client.connection import ClientSideConnection
+from acp.connection import StreamEvent
+from acp.schema import (
+    AllowedOutcome,
+    DeniedOutcome,
+    PermissionOption,
+    RequestPermissionResponse,
+    ToolCallUpdate,
+)
+from acp.stdio import spawn_agent_process
+
+from relay.acp.attach import AcpAttach
+from relay.server import Master
+from tests.e2e.conftest import API_KEY
+from tests.interop.acp_support import (
+    Edge,
+    agent_command,
+    library_bridge,
+    payloads,
+    records,
+    validate_sequence,
+)
+
+pytestmark = pytest.mark.timeout(180)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Editor:
+    """An ACP client (what an editor implements): records updates and permission requests;
+    answers them with ``choose`` (an option id), or waits until the agent withdraws them."""
+
+    def __init__(self, choose: str | None = None) -> None:
+        self.choose = choose
+        self.updates: list[Any] = []
+        self.asked: list[tuple[ToolCallUpdate, list[PermissionOption]]] = []
+        self.withdrawn: list[Any] = []
+        self.asking = asyncio.Event()
+        self._withdrawal = asyncio.Event()
+
+    async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
+        self.updates.append(update)
+
+    async def request_permission(
+        self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption], **_: Any
+    ) -> RequestPermissionResponse:
+        self.asked.append((tool_call, options))
+        self.asking.set()
+        if self.choose is not None:
+            return RequestPermissionResponse(
+                outcome=AllowedOutcome(outcome="selected", option_id=self.choose)
+            )
+        await self._withdrawal.wait()
+        return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+
+    def observe(self, event: StreamEvent) -> None:
+        """Every raw message: the ``$/cancel_request`` the package's router does not route."""
+        if event.message.get("method") == "$/cancel_request":
+            self.withdrawn.append(event.message["params"]["requestId"])
+            self._withdrawal.set()
+
+    def kinds(self) -> list[str]:
+        return [u.session_update for u in self.updates]
+
+    def texts(self, kind: str = "agent_message_chunk") -> list[str]:
+        return [u.content.text for u in self.updates if u.session_update == kind]
+
+    async def wait(self, predicate: Any) -> None:
+        async with asyncio.timeout(60):
+            while not predicate(self):
+                await asyncio.sleep(0.02)
+
+
+@contextlib.asynccontextmanager
+async def attached(
+    master: Master, session: str, editor: Editor
+) -> AsyncIterator[tuple[ClientSideConnection, asyncio.subprocess.Process]]:
+    """``rawp acp attach SESSION`` as a subprocess, the editor's connection to it initialized."""
+    env = {
+        "RAWP_API_KEY": API_KEY,
+        "RAWP_WS_URL": master.ws_url,
+        "PYTHONPATH": str(ROOT),
+    }
+    async with spawn_agent_process(
+        editor,
+        sys.executable,
+        "-m",
+        "rawp.cli",
+        "acp",
+        "attach",
+        session,
+        env=env,
+        cwd=ROOT,
+        observers=[editor.observe],
+    ) as (conn, process):
+        init = await asyncio.wait_for(conn.initialize(protocol_version=PROTOCOL_VERSION), 60)
+        assert init.agent_capabilities is not None
+        assert init.agent_capabilities.load_session is True
+        yield conn, process
+
+
+async def test_load_replays_the_log_and_a_prompt_streams_its_turn(
+    master: Master, tmp_path: Path
+) -> None:
+    """session/load replays every frame kind as updates; session/prompt is a user message whose
+    turn streams back and whose stop reason answers the prompt."""
+    async with (
+        library_bridge(master, "acp-a1", agent_command(tmp_path)),
+        Edge(master, "acp-a1") as edge,
+    ):
+        await edge.client.user_message("full please")
+        await edge.wait_type("session.usage")
+        editor = Editor()
+        async with attached(master, "acp-a1", editor) as (conn, _):
+            await conn.load_session(cwd=str(tmp_path), session_id="acp-a1", mcp_servers=[])
+            replayed = list(editor.kinds())
+            response = await conn.prompt(
+                session_id="acp-a1", prompt=[text_block("from the editor")]
+            )
+            assert response.stop_reason == "end_turn"
+            await editor.wait(lambda e: "echo: from the editor" in e.texts())
+        await edge.wait_type("session.usage", 2)
+    assert [k for k in replayed if k != "available_commands_update"] == [
+        "user_message_chunk",
+        "agent_thought_chunk",
+        "agent_message_chunk",
+        "agent_message_chunk",
+        "tool_call",
+        "tool_call_update",
+        "tool_call_update",
+        "tool_call_update",
+        "plan",
+        "current_mode_update",
+        "session_info_update",
+        "usage_update",
+        "agent_message_chunk",
+        "usage_update",
+    ]
+    assert "available_commands_update" in replayed
+    updates = editor.updates
+    assert updates[replayed.index("user_message_chunk")].content.text == "full please"
+    call = next(u for u in updates if u.session_update == "tool_call")
+    assert (call.tool_call_id, call.title, call.raw_input) == (
+        "call-1",
+        "Read notes.md",
+        {"path": "notes.md"},
+    )
+    kinds = [u.kind for u in updates if u.session_update == "tool_call_update"]
+    assert "read" in kinds  # the acp.tool_call frame gave the ACP kind back
+    done = [u for u in updates if u.session_update == "tool_call_update" and u.status]
+    assert done[-1].status == "completed"
+    assert done[-1].raw_output == {"lines": 3}
+    title = next(u for u in updates if u.session_update == "session_info_update")
+    assert title.title == "Notes review"
+    # The prompt reached the agent through the relay as a user message (an edge is not sent
+    # its own frames back: the RAWP edge sees only the editor's).
+    assert [p["text"] for p in payloads(edge, "user.message")] == ["from the editor"]
+    assert records(tmp_path, "session/prompt")[-1]["params"]["text"] == "from the editor"
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_permission_is_asked_of_the_editor(master: Master, tmp_path: Path) -> None:
+    """The agent's permission request reaches the editor as session/request_permission with
+    the agent's tool call and options; the editor's answer goes back to the agent."""
+    async with (
+        library_bridge(master, "acp-a2", agent_command(tmp_path)),
+        Edge(master, "acp-a2") as edge,
+    ):
+        editor = Editor(choose="allow")
+        async with attached(master, "acp-a2", editor) as (conn, _):
+            await conn.load_session(cwd=str(tmp_path), session_id="acp-a2", mcp_servers=[])
+            response = await conn.prompt(session_id="acp-a2", prompt=[text_block("permission")])
+        assert response.stop_reason == "end_turn"
+        await edge.wait_type("session.usage")
+    ((tool_call, options),) = editor.asked
+    assert tool_call.tool_call_id == "call-p"
+    assert [(o.option_id, o.name, o.kind) for o in options] == [
+        ("allow", "Allow once", "allow_once"),
+        ("reject", "Reject", "reject_once"),
+    ]
+    assert records(tmp_path, "permission_answer")[0]["params"]["outcome"] == "selected allow"
+    assert payloads(edge, "control.interaction.response")[0]["response"] == "allow"
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_two_editors_and_a_dashboard_edge_on_one_agent(
+    master: Master, tmp_path: Path
+) -> None:
+    """Both editors see every update; the first answer wins, the other editor's question is
+    withdrawn; the session outlives both editors."""
+    async with (
+        library_bridge(master, "acp-a3", agent_command(tmp_path)),
+        Edge(master, "acp-a3") as dashboard,
+    ):
+        first, second = Editor(), Editor(choose="reject")
+        async with (
+            attached(master, "acp-a3", first) as (one, _),
+            attached(master, "acp-a3", second) as (two, _),
+        ):
+            await one.load_session(cwd=str(tmp_path), session_id="acp-a3", mcp_servers=[])
+            await two.load_session(cwd=str(tmp_path), session_id="acp-a3", mcp_servers=[])
+            # The second editor answers at once; the first waits and is told it is settled.
+            response = await one.prompt(session_id="acp-a3", prompt=[text_block("permission")])
+            assert response.stop_reason == "end_turn"
+            await first.wait(lambda e: e.withdrawn)
+            await second.wait(lambda e: "selected reject" in e.texts())
+            await first.wait(lambda e: "selected reject" in e.texts())
+        # Every editor gone: the agent and the session go on for the dashboard.
+        await dashboard.client.user_message("still here")
+        await dashboard.wait_type("session.usage", 2)
+    assert records(tmp_path, "permission_answer")[0]["params"]["outcome"] == "selected reject"
+    assert len(first.asked) == len(second.asked) == 1
+    responses = payloads(dashboard, "control.interaction.response")
+    assert [r["response"] for r in responses] == ["reject"]
+    # Both editors saw the turn's every update, in the same order; the prompt itself only
+    # the other one (an editor shows its own prompt already).
+    skip = ("available_commands_update", "user_message_chunk")
+    assert [k for k in first.kinds() if k not in skip] == [
+        k for k in second.kinds() if k not in skip
+    ]
+    assert second.texts("user_message_chunk") == ["permission"]
+    assert first.texts("user_message_chunk") == []
+    assert payloads(dashboard, "agent.text.delta")[-1]["delta"] == "echo: still here"
+    await validate_sequence(dashboard.frames, tmp_path)
+
+
+async def test_attach_survives_a_drop_without_doubled_updates(
+    master: Master, tmp_path: Path
+) -> None:
+    """The attach's connection to the relay drops mid-session: it resumes, the editor gets
+    what happened meanwhile once, and nothing twice."""
+    near, far = socket.socketpair()
+    async with (
+        library_bridge(master, "acp-a4", agent_command(tmp_path)),
+        Edge(master, "acp-a4") as edge,
+    ):
+        attach_streams = await asyncio.open_connection(sock=far)
+        attach = AcpAttach(master.ws_url, "acp-a4", token=API_KEY, streams=attach_streams)
+        serving = asyncio.create_task(attach.run())
+        editor = Editor()
+        reader, writer = await asyncio.open_connection(sock=near)
+        conn = ClientSideConnection(editor, writer, reader)
+        try:
+            await conn.initialize(protocol_version=PROTOCOL_VERSION)
+            await conn.load_session(cwd=str(tmp_path), session_id="acp-a4", mcp_servers=[])
+            await edge.client.user_message("one")
+            await editor.wait(lambda e: "echo: one" in e.texts())
+            attach.client.abort_connection()
+            await edge.client.user_message("two")
+            await edge.wait_type("session.usage", 2)
+            await editor.wait(lambda e: "echo: two" in e.texts())
+            await edge.client.user_message("three")
+            await editor.wait(lambda e: "echo: three" in e.texts())
+        finally:
+            await conn.close()
+            attach.close()
+            await asyncio.wait_for(serving, 30)
+    assert editor.texts("user_message_chunk") == ["one", "two", "three"]
+    assert editor.texts() == ["echo: one", "echo: two", "echo: three"]
+    assert attach.client.status.value in ("closed",)
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_load_of_another_session_is_refused(master: Master, tmp_path: Path) -> None:
+    """session/load names the attached session only; another id is an invalid-params error."""
+    async with library_bridge(master, "acp-a5", agent_command(tmp_path)):
+        editor = Editor()
+        async with attached(master, "acp-a5", editor) as (conn, _):
+            with pytest.raises(RequestError) as refused:
+                await conn.load_session(cwd=str(tmp_path), session_id="other", mcp_servers=[])
+    assert refused.value.code == -32602
+    assert "acp-a5" in str(refused.value.data)
+
+
+async def test_attach_command_line_needs_a_credential() -> None:
+    """``rawp acp attach`` without a credential exits 2 with a message, no traceback."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAWP_TOKEN", "RAWP_API_KEY")}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rawp.cli",
+        "acp",
+        "attach",
+        "s",
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 2
+    assert b"no credential" in err
+    assert out == b""
+    assert b"Traceback" not in err
+
+
+async def test_attach_killed_and_started_again_replays_the_whole_session(
+    master: Master, tmp_path: Path
+) -> None:
+    """SIGKILL of the attach: the session goes on; a new attach's load replays everything,
+    what happened while no editor was attached included, once."""
+    async with (
+        library_bridge(master, "acp-a6", agent_command(tmp_path)),
+        Edge(master, "acp-a6") as edge,
+    ):
+        first = Editor()
+        async with attached(master, "acp-a6", first) as (conn, process):
+            await conn.load_session(cwd=str(tmp_path), session_id="acp-a6", mcp_servers=[])
+            await conn.prompt(session_id="acp-a6", prompt=[text_block("one")])
+            process.kill()
+            await process.wait()
+        await edge.client.user_message("two")
+        await edge.wait_type("session.usage", 2)
+        second = Editor()
+        async with attached(master, "acp-a6", second) as (conn, _):
+            await conn.load_session(cwd=str(tmp_path), session_id="acp-a6", mcp_servers=[])
+    assert second.texts("user_message_chunk") == ["one", "two"]
+    assert second.texts() == ["echo: one", "echo: two"]
+    await validate_sequence(edge.frames, tmp_path)

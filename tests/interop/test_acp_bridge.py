@@ -1,0 +1,513 @@
+"""A scripted ACP agent (the official ``agent-client-protocol`` package) behind ``rawp bridge
+acp``: a real master, a real RAWP edge, the bridge in this process or as the ``rawp`` command;
+every edge's frames pass ``rawp validate --sequence``. One test per row of docs/acp.md's table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from relay.server import Master
+from tests.e2e.conftest import API_KEY
+from tests.interop.acp_support import (
+    Edge,
+    agent_command,
+    library_bridge,
+    payloads,
+    records,
+    validate_sequence,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _ended(edge: Edge, count: int = 1) -> Callable[[list[Any]], bool]:
+    return lambda fs: sum(f.type == "session.usage" for f in fs) >= count
+
+
+async def test_a_prompt_turn_maps_every_update_kind(master: Master, tmp_path: Path) -> None:
+    """Thought, message chunks, a tool call with updates and result, plan, mode, title, usage."""
+    async with (
+        library_bridge(master, "acp-b1", agent_command(tmp_path)),
+        Edge(master, "acp-b1") as edge,
+    ):
+        await edge.wait_type("acp.available_commands_update")
+        await edge.client.user_message("full please")
+        await edge.wait(_ended(edge))
+    types = [t for t in edge.types()]
+    turn = types[types.index("session.turn.start") :]
+    assert turn == [
+        "session.turn.start",
+        "agent.thinking.delta",
+        "agent.thinking.done",
+        "agent.text.delta",
+        "agent.text.delta",
+        "agent.text.done",
+        "tool.invoke.request",
+        "acp.tool_call",
+        "acp.tool_call_update",
+        "acp.tool_call_update",
+        "tool.invoke.result",
+        "acp.plan",
+        "acp.current_mode_update",
+        "session.renamed",
+        "acp.usage_update",
+        "agent.text.delta",
+        "agent.text.done",
+        "session.turn.end",
+        "session.usage",
+    ]
+    deltas = payloads(edge, "agent.text.delta")
+    assert [d["delta"] for d in deltas] == ["Hello ", "there", "Done."]
+    assert deltas[0]["block_id"] == deltas[1]["block_id"] != deltas[2]["block_id"]
+    assert payloads(edge, "agent.thinking.delta")[0]["delta"] == "thinking about it"
+    assert payloads(edge, "tool.invoke.request") == [
+        {"call_id": "call-1", "tool_name": "Read notes.md", "input": {"path": "notes.md"}}
+    ]
+    extra = payloads(edge, "acp.tool_call")[0]
+    assert (extra["call_id"], extra["kind"], extra["status"]) == ("call-1", "read", "pending")
+    assert payloads(edge, "tool.invoke.result") == [
+        {"call_id": "call-1", "status": "ok", "output": {"lines": 3}}
+    ]
+    plan = payloads(edge, "acp.plan")[0]
+    assert [e["content"] for e in plan["entries"]] == ["read the notes", "answer"]
+    assert payloads(edge, "acp.current_mode_update")[0]["currentModeId"] == "code"
+    assert payloads(edge, "session.renamed")[0]["name"] == "Notes review"
+    commands = payloads(edge, "acp.available_commands_update")[0]["availableCommands"]
+    assert commands[0]["name"] == "plan"
+    end = payloads(edge, "session.turn.end")[0]
+    assert (end["stop_reason"], end["tool_invocation_count"]) == ("end_turn", 1)
+    usage = payloads(edge, "session.usage")[0]
+    assert usage["token_usage"] == {"input_tokens": 12, "output_tokens": 18, "thinking_tokens": 4}
+    assert usage["context_window"] == {"capacity": 200000, "used": 1200}
+    # The agent got the edge's text as the prompt, and no fs/terminal capability.
+    (init,) = records(tmp_path, "initialize")
+    caps = init["params"]["client_capabilities"]
+    assert caps["fs"] == {"readTextFile": False, "writeTextFile": False}
+    assert caps["terminal"] is False
+    assert [r["params"]["text"] for r in records(tmp_path, "session/prompt")] == ["full please"]
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_messages_become_prompts_one_at_a_time(master: Master, tmp_path: Path) -> None:
+    """Three user messages sent at once: three prompts, each after the previous turn ended."""
+    async with (
+        library_bridge(master, "acp-b2", agent_command(tmp_path)),
+        Edge(master, "acp-b2") as edge,
+    ):
+        for text in ("one", "two", "three"):
+            await edge.client.user_message(text)
+        await edge.wait(_ended(edge, 3))
+    types = [t for t in edge.types() if t.startswith("session.turn")]
+    assert types == ["session.turn.start", "session.turn.end"] * 3
+    texts = [d["delta"] for d in payloads(edge, "agent.text.delta")]
+    assert texts == ["echo: one", "echo: two", "echo: three"]
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_permission_request_is_answered_by_an_edge(master: Master, tmp_path: Path) -> None:
+    """session/request_permission → a choice interaction; the edge's answer selects the option."""
+    async with (
+        library_bridge(master, "acp-b3", agent_command(tmp_path)),
+        Edge(master, "acp-b3") as edge,
+    ):
+        await edge.client.user_message("permission")
+        await edge.wait_type("agent.interaction.request")
+        (ask,) = payloads(edge, "agent.interaction.request")
+        assert ask["kind"] == "choice"
+        assert ask["prompt"] == "Allow Run rm -rf build?"
+        assert ask["options"] == [
+            {"value": "allow", "label": "Allow once", "kind": "allow_once"},
+            {"value": "reject", "label": "Reject", "kind": "reject_once"},
+        ]
+        (permission,) = payloads(edge, "acp.permission")
+        assert permission["interaction_id"] == ask["interaction_id"]
+        assert permission["toolCall"]["toolCallId"] == "call-p"
+        await edge.client.interaction_response(ask["interaction_id"], "allow")
+        await edge.wait(_ended(edge))
+    assert [r["params"]["outcome"] for r in records(tmp_path, "permission_answer")] == [
+        "selected allow"
+    ]
+    assert payloads(edge, "tool.invoke.result")[0]["status"] == "ok"
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_an_answer_naming_no_option_rejects(master: Master, tmp_path: Path) -> None:
+    """A hostile or mistyped answer never allows: the reject option, and a session.error."""
+    async with (
+        library_bridge(master, "acp-b4", agent_command(tmp_path)),
+        Edge(master, "acp-b4") as edge,
+    ):
+        await edge.client.user_message("permission")
+        await edge.wait_type("agent.interaction.request")
+        (ask,) = payloads(edge, "agent.interaction.request")
+        await edge.client.interaction_response(ask["interaction_id"], {"value": "allow-all\n"})
+        await edge.wait(_ended(edge))
+    assert records(tmp_path, "permission_answer")[0]["params"]["outcome"] == "selected reject"
+    assert [e["error_code"] for e in payloads(edge, "session.error")] == ["acp_answer_unmatched"]
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_agent_moving_on_withdraws_its_question(master: Master, tmp_path: Path) -> None:
+    """The agent ends its turn while a permission is pending: agent.interaction.cancel."""
+    async with (
+        library_bridge(master, "acp-b5", agent_command(tmp_path)),
+        Edge(master, "acp-b5") as edge,
+    ):
+        await edge.client.user_message("withdraw")
+        await edge.wait(_ended(edge))
+    (ask,) = payloads(edge, "agent.interaction.request")
+    (withdrawn,) = payloads(edge, "agent.interaction.cancel")
+    assert withdrawn["interaction_id"] == ask["interaction_id"]
+    assert edge.client.view.state.pending_interactions == {}
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_agent_cancel_request_withdraws_its_question(master: Master, tmp_path: Path) -> None:
+    """$/cancel_request for a pending permission request: withdrawn from the edges, and the
+    agent's request answered cancelled."""
+    async with (
+        library_bridge(master, "acp-b20", agent_command(tmp_path)),
+        Edge(master, "acp-b20") as edge,
+    ):
+        await edge.client.user_message("retract")
+        await edge.wait(_ended(edge))
+    (ask,) = payloads(edge, "agent.interaction.request")
+    (withdrawn,) = payloads(edge, "agent.interaction.cancel")
+    assert withdrawn == {
+        "interaction_id": ask["interaction_id"],
+        "reason": "the agent withdrew the request",
+    }
+    assert records(tmp_path, "permission_answer")[0]["params"]["outcome"] == "cancelled"
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_control_cancel_becomes_session_cancel(master: Master, tmp_path: Path) -> None:
+    """control.cancel → session/cancel; the agent's cancelled answer ends the turn cancelled."""
+    async with (
+        library_bridge(master, "acp-b6", agent_command(tmp_path)),
+        Edge(master, "acp-b6") as edge,
+    ):
+        await edge.client.user_message("cancel")
+        await edge.wait_type("agent.text.delta")
+        await edge.client.cancel()
+        await edge.wait(_ended(edge))
+    assert len(records(tmp_path, "session/cancel")) == 1
+    assert payloads(edge, "session.turn.end")[0]["stop_reason"] == "cancelled"
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_agent_hanging_on_cancel_is_stopped(master: Master, tmp_path: Path) -> None:
+    """No answer within the grace after session/cancel: turn cancelled, agent restarted."""
+    command = agent_command(tmp_path)
+    async with (
+        library_bridge(master, "acp-b7", command, cancel_grace=1.0),
+        Edge(master, "acp-b7") as edge,
+    ):
+        await edge.client.user_message("hang")
+        await edge.wait_type("agent.text.delta")
+        await edge.client.cancel()
+        await edge.wait(_ended(edge))
+        await edge.client.user_message("again")
+        await edge.wait(_ended(edge, 2))
+    ends = [p["stop_reason"] for p in payloads(edge, "session.turn.end")]
+    assert ends == ["cancelled", "end_turn"]
+    assert [e["error_code"] for e in payloads(edge, "session.error")] == ["acp_cancel_timeout"]
+    assert len(records(tmp_path, "initialize")) == 2  # a fresh agent for the next message
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_agent_exiting_mid_turn_ends_the_turn(master: Master, tmp_path: Path) -> None:
+    """The agent dies mid-turn: blocks closed, its tool call cancelled, the turn ends with an
+    error saying how it exited; the next message starts it again."""
+    async with (
+        library_bridge(master, "acp-b8", agent_command(tmp_path)),
+        Edge(master, "acp-b8") as edge,
+    ):
+        await edge.client.user_message("crash")
+        await edge.wait(_ended(edge))
+        await edge.client.user_message("again")
+        await edge.wait(_ended(edge, 2))
+    # The agent announces its commands right after session/new, at a moment of its choosing.
+    types = [t for t in edge.types() if t != "acp.available_commands_update"]
+    first = types[types.index("session.turn.start") : types.index("session.usage") + 1]
+    assert first == [
+        "session.turn.start",
+        "agent.text.delta",
+        "agent.text.done",
+        "tool.invoke.request",
+        "acp.tool_call",
+        "tool.invoke.result",
+        "session.error",
+        "session.turn.end",
+        "session.usage",
+    ]
+    (error,) = payloads(edge, "session.error")
+    assert error["error_code"] == "acp_agent_exited"
+    assert "exit code 3" in error["message"]
+    assert "boom: the agent fell over" in error["message"]
+    assert payloads(edge, "tool.invoke.result")[0]["status"] == "cancelled"
+    assert [p["stop_reason"] for p in payloads(edge, "session.turn.end")] == ["error", "end_turn"]
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_agent_exiting_between_turns_is_reported_and_restarted(
+    master: Master, tmp_path: Path
+) -> None:
+    """An agent that exits while idle: a session.error says so at once; the next message
+    starts it again."""
+    async with (
+        library_bridge(master, "acp-b18", agent_command(tmp_path)),
+        Edge(master, "acp-b18") as edge,
+    ):
+        await edge.client.user_message("exit")
+        await edge.wait_type("session.error")
+        await edge.client.user_message("again")
+        await edge.wait(_ended(edge, 2))
+    (error,) = payloads(edge, "session.error")
+    assert error["error_code"] == "acp_agent_exited"
+    assert "exit code 0" in error["message"]
+    assert [d["delta"] for d in payloads(edge, "agent.text.delta")] == ["bye", "echo: again"]
+    assert len(records(tmp_path, "initialize")) == 2
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_updates_before_session_new_answers_are_kept(master: Master, tmp_path: Path) -> None:
+    """An update the agent sends before session/new's answer names the session is relayed
+    once the id is known, not reported as one for an unknown session."""
+    command = agent_command(tmp_path, "--early")
+    async with library_bridge(master, "acp-b19", command), Edge(master, "acp-b19") as edge:
+        await edge.wait_type("acp.available_commands_update")
+        await edge.client.user_message("hello")
+        await edge.wait(_ended(edge))
+    assert payloads(edge, "session.error") == []
+
+
+async def test_prompt_answered_with_an_error(master: Master, tmp_path: Path) -> None:
+    """A JSON-RPC error for session/prompt ends the turn with error and says why."""
+    async with (
+        library_bridge(master, "acp-b9", agent_command(tmp_path)),
+        Edge(master, "acp-b9") as edge,
+    ):
+        await edge.client.user_message("fail")
+        await edge.wait(_ended(edge))
+    (error,) = payloads(edge, "session.error")
+    assert error["error_code"] == "acp_prompt_failed"
+    assert payloads(edge, "session.turn.end")[0]["stop_reason"] == "error"
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_refusal_keeps_the_acp_stop_reason(master: Master, tmp_path: Path) -> None:
+    """A stop reason RAWP has no word for: the nearest one, the ACP one in acp.stop_reason."""
+    async with (
+        library_bridge(master, "acp-b10", agent_command(tmp_path)),
+        Edge(master, "acp-b10") as edge,
+    ):
+        await edge.client.user_message("refuse")
+        await edge.wait(_ended(edge))
+    assert payloads(edge, "acp.stop_reason") == [{"stopReason": "refusal"}]
+    assert payloads(edge, "session.turn.end")[0]["stop_reason"] == "end_turn"
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_garbage_on_stdout_is_dropped_and_reported(master: Master, tmp_path: Path) -> None:
+    """Lines that are not JSON-RPC, a reused id, an update for another session: dropped, said
+    once in a session.error; the turn goes on."""
+    async with (
+        library_bridge(master, "acp-b11", agent_command(tmp_path)),
+        Edge(master, "acp-b11") as edge,
+    ):
+        await edge.client.user_message("garbage")
+        await edge.wait(_ended(edge))
+    texts = [d["delta"] for d in payloads(edge, "agent.text.delta")]
+    assert texts == ["after garbage"]
+    errors = payloads(edge, "session.error")
+    assert [e["error_code"] for e in errors] == ["acp_bad_output"]
+    assert payloads(edge, "session.turn.end")[0]["stop_reason"] == "end_turn"
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_a_50_mib_update_is_dropped_not_held(master: Master, tmp_path: Path) -> None:
+    """A line past --max-message-bytes is dropped as it streams in and reported."""
+    async with (
+        library_bridge(master, "acp-b12", agent_command(tmp_path)),
+        Edge(master, "acp-b12") as edge,
+    ):
+        await edge.client.user_message("big")
+        await edge.wait(_ended(edge))
+    assert [d["delta"] for d in payloads(edge, "agent.text.delta")] == ["after big"]
+    (error,) = payloads(edge, "session.error")
+    assert error["error_code"] == "acp_bad_output"
+    assert "longer than 8388608 bytes" in error["message"]
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_a_line_split_across_writes_arrives_whole(master: Master, tmp_path: Path) -> None:
+    """A JSON-RPC line written in two pieces is one update."""
+    async with (
+        library_bridge(master, "acp-b13", agent_command(tmp_path)),
+        Edge(master, "acp-b13") as edge,
+    ):
+        # Nothing else is written between the two pieces (the agent's commands came first).
+        await edge.wait_type("acp.available_commands_update")
+        await edge.client.user_message("split")
+        await edge.wait(_ended(edge))
+    assert [d["delta"] for d in payloads(edge, "agent.text.delta")] == ["split line"]
+    assert payloads(edge, "session.error") == []
+
+
+async def test_stderr_flood_does_not_block_the_agent(master: Master, tmp_path: Path) -> None:
+    """Megabytes on stderr: drained, the agent goes on."""
+    async with (
+        library_bridge(master, "acp-b14", agent_command(tmp_path)),
+        Edge(master, "acp-b14") as edge,
+    ):
+        await edge.client.user_message("stderr")
+        await edge.wait(_ended(edge))
+    assert [d["delta"] for d in payloads(edge, "agent.text.delta")] == ["after flood"]
+
+
+async def test_agent_that_never_answers_initialize(master: Master, tmp_path: Path) -> None:
+    """initialize is bounded: the agent is stopped and the edges are told."""
+    command = agent_command(tmp_path, "--no-init")
+    async with (
+        library_bridge(master, "acp-b15", command, init_timeout=1.0),
+        Edge(master, "acp-b15") as edge,
+    ):
+        await edge.wait_type("session.error")
+    (error,) = payloads(edge, "session.error")
+    assert error["error_code"] == "acp_agent_unavailable"
+    assert "did not answer initialize within 1 s" in error["message"]
+
+
+async def test_a_command_that_cannot_start(master: Master, tmp_path: Path) -> None:
+    """A missing executable is reported, not a crash of the bridge."""
+    command = [str(tmp_path / "no-such-agent")]
+    async with (
+        library_bridge(master, "acp-b16", command),
+        Edge(master, "acp-b16", from_start=True) as edge,
+    ):
+        await edge.wait_type("session.error")
+    assert payloads(edge, "session.error")[0]["error_code"] == "acp_agent_unavailable"
+
+
+async def _spawn_bridge(master: Master, tmp_path: Path, session: str) -> asyncio.subprocess.Process:
+    env = {k: v for k, v in os.environ.items() if k not in ("RAWP_TOKEN", "RAWP_WS_URL")}
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rawp.cli",
+        "bridge",
+        "acp",
+        "--session",
+        session,
+        "--ws-url",
+        master.ws_url,
+        "--state",
+        str(tmp_path / "bridge-state.json"),
+        "--",
+        *agent_command(tmp_path, "--load", "--sessions", str(tmp_path / "sessions.json")),
+        env={**env, "RAWP_API_KEY": API_KEY},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+
+
+async def test_bridge_killed_mid_turn_reattaches_and_loads_the_agent_session(
+    make_master: Callable[..., Any], tmp_path: Path
+) -> None:
+    """SIGKILL mid-turn: the master finalizes; the restarted bridge's history takes it back,
+    ends the lost turn, and loads the agent's session (its replay is not relayed again)."""
+    master: Master = await make_master(reattach_window_s=60.0)
+    first = await _spawn_bridge(master, tmp_path, "acp-b17")
+    second: asyncio.subprocess.Process | None = None
+    try:
+        async with asyncio.timeout(30):
+            while await master.store.get_session("acp-b17") is None:
+                await asyncio.sleep(0.05)
+        async with Edge(master, "acp-b17") as edge:
+            await edge.client.user_message("hello")
+            await edge.wait(_ended(edge))
+            await edge.client.user_message("hang")
+            await edge.wait_type("agent.text.delta", 2)
+            first.send_signal(signal.SIGKILL)
+            await first.wait()
+            await edge.wait(
+                lambda fs: any(f.type == "session.turn.end" and f.synthetic for f in fs)
+            )
+            second = await _spawn_bridge(master, tmp_path, "acp-b17")
+            await edge.wait_type("session.history")
+            await edge.wait(_ended(edge, 2))
+            await edge.client.user_message("after restart")
+            await edge.wait(_ended(edge, 3))
+    finally:
+        for process in (first, second):
+            if process is not None and process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(process.wait(), 30)
+                except TimeoutError:
+                    process.kill()
+                    await process.wait()
+    ends = [
+        p["stop_reason"]
+        for f, p in zip(
+            [f for f in edge.frames if f.type == "session.turn.end" and not f.synthetic],
+            [
+                p
+                for f, p in zip(edge.frames, _all(edge), strict=True)
+                if f.type == "session.turn.end" and not f.synthetic
+            ],
+            strict=True,
+        )
+    ]
+    assert ends == ["end_turn", "error", "end_turn"]
+    codes = [e["error_code"] for e in payloads(edge, "session.error")]
+    assert codes == ["acp_bridge_restarted"]
+    (new,) = records(tmp_path, "session/new")
+    (load,) = records(tmp_path, "session/load")
+    assert load["params"]["session_id"] == new["params"]["session_id"]
+    texts = [d["delta"] for d in payloads(edge, "agent.text.delta")]
+    assert not any(t.startswith("replayed") for t in texts)
+    assert texts[-1] == "echo: after restart"
+    session = master.hub.sessions["acp-b17"]
+    assert session.state.turn_id is None
+    assert not session.state.finalized
+    await validate_sequence(edge.frames, tmp_path)
+
+
+def _all(edge: Edge) -> list[dict[str, Any]]:
+    from protocol import codec
+
+    return [codec.decode_object(codec.encode(f)).get("payload", {}) for f in edge.frames]
+
+
+async def test_bridge_command_line_needs_a_credential(tmp_path: Path) -> None:
+    """``rawp bridge acp`` without any credential exits 2 with a message, no traceback."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAWP_TOKEN", "RAWP_API_KEY")}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rawp.cli",
+        "bridge",
+        "acp",
+        "--session",
+        "s",
+        "--",
+        "true",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 2
+    assert b"no credential" in err
+    assert b"Traceback" not in err

@@ -1,0 +1,1 @@
+"""Tests of the ACP bridge and attach."""
