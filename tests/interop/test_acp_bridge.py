@@ -509,5 +509,5 @@ async def test_bridge_command_line_needs_a_credential(tmp_path: Path) -> None:
     )
     _, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 2
-    assert b"no credential" in err
+    assert b"needs --token" in err
     assert b"Traceback" not in err
