@@ -15,6 +15,7 @@ copy of these rules. A cell names what the credential needs::
     cancel_turn            ·               ANY             control.cancel, POST …/cancel
     issue_tokens           ·               KEY             POST …/tokens
     fork                   ·               KEY             POST …/fork
+    continue_session       ·               KEY             POST …/continue
     export                 ·               ANY             GET …/export
 
 ``ANY``: any credential that got this far (attached in that role, or could read the session
@@ -56,6 +57,7 @@ Act: TypeAlias = Literal[
     "cancel_turn",
     "issue_tokens",
     "fork",
+    "continue_session",
     "export",
 ]
 ActorRole: TypeAlias = Literal["client", "edge"]
@@ -99,6 +101,7 @@ TABLE: Final[dict[tuple[Act, ActorRole], Need]] = {
     ("cancel_turn", "edge"):            _ANY,
     ("issue_tokens", "edge"):           _KEY,
     ("fork", "edge"):                   _KEY,
+    ("continue_session", "edge"):       _KEY,
     ("export", "edge"):                 _ANY,
 }
 # fmt: on

@@ -299,7 +299,9 @@ class WelcomePayload(_Payload):
     generation: Count
     resumed: bool
     session: SessionInfo
-    reattach_window_ms: Count
+    reattach_window_ms: Annotated[
+        int, Meta(ge=-1, description="How long a detached participant may come back; -1: never.")
+    ]
     heartbeat_interval_ms: Count
     max_frame_bytes: Count
     buffer: BufferGrant
@@ -514,6 +516,9 @@ class DeletedPayload(_Payload):
     session_id: Id
     reason: Literal["user_request", "master_request", "timeout", "error"]
     deleted_by: Literal["edge", "client", "master", "system"]
+    reattach_window_ms: Count | None = None
+    """With ``timeout``: the reattach window that ran out, so every view can say how long the
+    agent was waited for (notes §17.1)."""
 
 
 # --- agent, tool, interaction, user and control frames (notes §4) ------------------------

@@ -22,6 +22,7 @@ from .middleware import ApiError
 __all__ = [
     "AppendBody",
     "CancelBody",
+    "ContinueBody",
     "CreateBody",
     "ForkBody",
     "ParticipantOut",
@@ -70,6 +71,14 @@ class ForkBody(msgspec.Struct, kw_only=True):
     """``POST /v1/sessions/{id}/fork``; ``at_seq`` defaults to the head."""
 
     at_seq: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    session_id: SessionId | None = None
+    name: Name | None = None
+
+
+class ContinueBody(msgspec.Struct, kw_only=True):
+    """``POST /v1/sessions/{id}/continue``; a named ``session_id`` makes asking twice return
+    the same session."""
+
     session_id: SessionId | None = None
     name: Name | None = None
 

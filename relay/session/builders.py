@@ -144,7 +144,7 @@ def welcome(
                 epoch=header.epoch,
                 created_at=codec.parse_time(header.created_at),
             ),
-            reattach_window_ms=int(settings.reattach_window_s * 1000),
+            reattach_window_ms=settings.reattach_window_ms,
             heartbeat_interval_ms=int(settings.heartbeat_interval_s * 1000),
             max_frame_bytes=settings.max_frame_bytes,
             buffer=record.buffer,
@@ -177,9 +177,16 @@ def backlog_envelope(
     return codec.encode(history)
 
 
-def ending(session_id: str, state: SessionState, reason: str, deleted_by: str) -> list[Frame]:
+def ending(
+    session_id: str,
+    state: SessionState,
+    reason: str,
+    deleted_by: str,
+    *,
+    window_ms: int | None = None,
+) -> list[Frame]:
     """The §7.5.3 / §7.7 order that ends a session: open calls cancelled, the turn ended,
-    ``session.deleted`` last."""
+    ``session.deleted`` last; an expiry (``timeout``) names the window that ran out."""
     frames: list[Frame] = []
     for call in state.open_calls:
         frames.append(
@@ -203,6 +210,7 @@ def ending(session_id: str, state: SessionState, reason: str, deleted_by: str) -
                 session_id=session_id,
                 reason=reason,  # type: ignore[arg-type]
                 deleted_by=deleted_by,  # type: ignore[arg-type]
+                reattach_window_ms=window_ms if reason == "timeout" else None,
             ),
             **envelope(session_id),
         )
