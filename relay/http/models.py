@@ -27,6 +27,7 @@ __all__ = [
     "ForkBody",
     "ParticipantOut",
     "RenameBody",
+    "RunErrorOut",
     "SessionOut",
     "TokenBody",
     "TokenOut",
@@ -124,6 +125,13 @@ class UsageOut(msgspec.Struct, kw_only=True):
     compactions: int
 
 
+class RunErrorOut(msgspec.Struct, kw_only=True):
+    """Why the last run failed: its ``session.turn.end`` error (notes §17.4)."""
+
+    code: str
+    message: str
+
+
 class SessionOut(msgspec.Struct, kw_only=True):
     """A session as the API shows it (header + status + presence + totals)."""
 
@@ -146,6 +154,9 @@ class SessionOut(msgspec.Struct, kw_only=True):
     ended_at: str | None = None
     reason: str | None = None
     deleted_by: str | None = None
+    # how the last run ended, and why when it failed (notes §17.4)
+    stop_reason: str | None = None
+    last_error: RunErrorOut | None = None
 
 
 class TokenOut(msgspec.Struct, kw_only=True):

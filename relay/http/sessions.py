@@ -49,6 +49,7 @@ from .models import (
     ForkBody,
     ParticipantOut,
     RenameBody,
+    RunErrorOut,
     SessionOut,
     TokenBody,
     TokenOut,
@@ -125,6 +126,10 @@ async def describe(hub: Hub, session: Session, header: SessionHeader | None = No
         ended_at=session.header.ended_at,
         reason=session.header.reason,
         deleted_by=session.header.deleted_by,
+        stop_reason=state.stop_reason,
+        last_error=None
+        if state.last_error is None
+        else RunErrorOut(code=state.last_error[0], message=state.last_error[1]),
     )
 
 
@@ -283,9 +288,7 @@ async def fork_session(request: web.Request) -> web.Response:
     if source.archived and head > 0:
         # An archived log ends with the master's session.deleted: a fork copies what came
         # before it, so the fork starts alive (notes §16.1).
-        last = await hub.store.read(source.session_id, limit=1, newest_first=True)
-        if last and last[0].type == "session.deleted":
-            head = last[0].seq - 1
+        head = await _before_the_end(hub, source.session_id, head)
     at_seq = head if body.at_seq is None else body.at_seq
     if at_seq > head:
         raise ApiError(
@@ -322,10 +325,9 @@ async def continue_session(request: web.Request) -> web.Response:
             "sessions)",
             code="not_ended",
         )
-    head = await hub.store.head_seq(source.session_id)
-    last = await hub.store.read(source.session_id, limit=1, newest_first=True)
-    if last and last[0].type == "session.deleted":
-        head = last[0].seq - 1
+    head = await _before_the_end(
+        hub, source.session_id, await hub.store.head_seq(source.session_id)
+    )
     first = await hub.store.trimmed_before(source.session_id)
     if head > 0 and first > 1:
         raise ApiError(
@@ -335,6 +337,17 @@ async def continue_session(request: web.Request) -> web.Response:
         )
     name = body.name if body.name is not None else source.name
     return await _copy(request, principal, source, head, body.session_id, name)
+
+
+async def _before_the_end(hub: Hub, session_id: str, head: int) -> int:
+    """The seq before an ended log's end: its final session.deleted and the session.status
+    (terminated) just before it are the old session's end, not the conversation's."""
+    for entry in await hub.store.read(session_id, limit=2, newest_first=True):
+        if entry.seq == head and entry.type in ("session.deleted", "session.status"):
+            head -= 1
+            if entry.type == "session.status":
+                break
+    return head
 
 
 async def _copy(

@@ -28,10 +28,13 @@ from protocol.frames import (
     SessionError,
     SessionErrorPayload,
     SessionInfo,
+    SessionStatus,
+    StatusPayload,
     ToolResult,
     ToolResultPayload,
     TurnEnd,
     TurnEndPayload,
+    TurnError,
     Welcome,
     WelcomePayload,
 )
@@ -48,6 +51,7 @@ __all__ = [
     "error",
     "presence",
     "presence_change",
+    "status_frame",
     "truncation_notice",
     "welcome",
 ]
@@ -200,10 +204,25 @@ def ending(
     if state.turn_id is not None:
         frames.append(
             TurnEnd(
-                payload=TurnEndPayload(turn_id=state.turn_id, stop_reason="error"),
+                payload=TurnEndPayload(
+                    turn_id=state.turn_id,
+                    stop_reason="error",
+                    error=TurnError(
+                        code="session_ended", message="the session ended during this run"
+                    ),
+                ),
                 **envelope(session_id),
             )
         )
+    frames.append(
+        SessionStatus(
+            payload=StatusPayload(
+                status="terminated",
+                stop_reason="error" if state.turn_id is not None else state.stop_reason,  # type: ignore[arg-type]
+            ),
+            **envelope(session_id),
+        )
+    )
     frames.append(
         Deleted(
             payload=DeletedPayload(
@@ -216,6 +235,17 @@ def ending(
         )
     )
     return frames
+
+
+def status_frame(session_id: str, state: SessionState) -> SessionStatus:
+    """``session.status`` stating the derived status now (notes §17.4); ``stop_reason`` is
+    how the last run ended, absent while one runs."""
+    now = status(state)
+    stop = None if now == "running" else state.stop_reason
+    return SessionStatus(
+        payload=StatusPayload(status=now, stop_reason=stop),  # type: ignore[arg-type]
+        **envelope(session_id),
+    )
 
 
 def truncation_notice(session_id: str, buffer_status: BufferStatus) -> SessionError:

@@ -29,6 +29,7 @@ from ..coordination import Coordinator
 from ..metrics import Metrics
 from ..store.base import PRESENCE, Deadline, LogEntry, SessionHeader, Store
 from .participant import Participant
+from .runs import RunGate
 
 __all__ = ["NEVER_DUE_MS", "Hooks", "PresenceSteps", "SessionCore", "SessionDeps"]
 
@@ -125,6 +126,7 @@ class SessionCore:
         # archived or purged (a logged ending is finished later if the store change was lost).
         self.end_stored = False
         self.listeners: set[Callable[[LogEntry], None]] = set()
+        self.runs = RunGate(self)  # one run at a time (notes §17.3)
         self._recent: OrderedDict[str, None] = OrderedDict()
         self._flush_scheduled = False
         self._flush_cost = 0.0  # seconds the last flush took ...

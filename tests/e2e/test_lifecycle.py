@@ -183,7 +183,8 @@ async def test_continue_carries_an_ended_session_on(short_master: MasterProcess)
     assert status == 201
     new = made["session"]
     assert new["parent_session_id"] == "s-old"
-    assert new["seed_length"] == old_head - 1  # all but the final session.deleted
+    # all but the end: the session.status (terminated) and the session.deleted
+    assert new["seed_length"] == old_head - 2
     assert new["status"] == "idle"
     new_id = new["session_id"]
     agent = await Peer.open(short_master.ws_url, new_id, token=KEY, resume={"last_seq": 0})
