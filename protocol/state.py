@@ -153,7 +153,11 @@ def run_open(state: SessionState) -> bool:
 
 def status_frame_due(state: SessionState) -> bool:
     """The derived status differs from the last one the log stated (notes §17.4); a log
-    that stated none yet is idle, as every session starts."""
+    that stated none yet is idle, as every session starts. Not between a client's turn end
+    and its usage: the usage comes right after the turn end in the log (§7.5.2), the status
+    after it."""
+    if state.phase is Phase.USAGE_DUE:
+        return False
     return status(state) != (state.logged_status or "idle")
 
 
