@@ -20,8 +20,9 @@ __all__ = ["ContinuedSession", "continue_session"]
 
 @dataclass(frozen=True)
 class ContinuedSession:
-    """The session that carries an ended one on: attach to ``session_id`` (as its client,
-    ``from_start=True`` to read the history) with ``token``, or an API key."""
+    """The session that carries an ended one on: the agent attaches to ``session_id`` as its
+    client with its API key (``from_start=True`` to read the history); ``token`` is the new
+    session's first session token (default grants: a UI's), issued on creation only."""
 
     session_id: str
     parent_session_id: str

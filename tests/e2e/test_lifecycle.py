@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from protocol.client import ClientError, RawpClient, continue_session
 from relay.server import Master
 from relay.store.sqlite import SqliteStore
 from tests.e2e.conftest import API_KEY
@@ -235,3 +236,29 @@ async def test_never_window_arms_no_deadline_that_comes_due(tmp_path: Path) -> N
         assert await store.claim_due_deadlines(century) == []
     finally:
         await master.stop()
+
+
+async def test_python_client_continues_and_the_agent_reads_its_history(
+    short_master: MasterProcess,
+) -> None:
+    """``continue_session()`` carries an ended session on; a RawpClient attached to the new
+    session from the start reads the old conversation; a live session is refused."""
+    await expired_session(short_master, "s-py")
+    made = await continue_session(short_master.http_url, "s-py", api_key=KEY)
+    assert made.created
+    assert made.parent_session_id == "s-py"
+    assert made.token is not None
+    agent = RawpClient(
+        short_master.ws_url, made.session_id, role="client", token=KEY, from_start=True
+    )
+    await agent.connect()
+    try:
+        texts = [b.text for b in agent.view.blocks if getattr(b, "text", None)]
+        async with asyncio.timeout(10):
+            while "kept across the end" not in "".join(texts):
+                await asyncio.sleep(0.05)
+                texts = [str(getattr(b, "text", "")) for b in agent.view.blocks]
+    finally:
+        await agent.close()
+    with pytest.raises(ClientError, match="not_ended"):
+        await continue_session(short_master.http_url, made.session_id, api_key=KEY)
