@@ -83,3 +83,22 @@ def test_a_withdrawn_question_is_shown_with_its_reason() -> None:
         "  ? confirmation: ok?",
         "  ✗ question withdrawn: no answer within 30 s",
     ]
+
+
+def test_an_expiry_reads_ended_with_its_window_never_deleted() -> None:
+    """A session ended by its reattach window prints "ended: the agent did not come back
+    within 7 days"; the word deleted does not appear."""
+    expiry = F.Deleted(
+        payload=F.DeletedPayload(
+            session_id=S.SESSION_ID,
+            reason="timeout",
+            deleted_by="system",
+            reattach_window_ms=7 * 86_400_000,
+        ),
+        message_id="m-end",
+        session_id=S.SESSION_ID,
+        timestamp=S.deleted().timestamp,
+    )
+    text = printed([expiry])
+    assert "ended: the agent did not come back within 7 days" in text
+    assert "deleted" not in text
