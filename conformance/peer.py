@@ -25,7 +25,7 @@ from websockets.typing import Subprotocol
 
 from .case import CaseFailed
 from .transcript import Transcript
-from .wire import PRESENCE, PROTOCOL_VERSION, SUBPROTOCOL, envelope, is_master_ack
+from .wire import PRESENCE, PROTOCOL_VERSION, STATUS, SUBPROTOCOL, envelope, is_master_ack
 
 __all__ = ["HandshakeRefused", "Peer", "Received", "describe"]
 
@@ -286,9 +286,9 @@ class Peer:
         return (await self.recv_raw(what=what, timeout=timeout)).frame
 
     async def next_frame(
-        self, *, what: str = "a frame", ignore: Sequence[str] = (PRESENCE,)
+        self, *, what: str = "a frame", ignore: Sequence[str] = (PRESENCE, STATUS)
     ) -> dict[str, Any]:
-        """The next frame whose type is not in ``ignore`` (presence by default)."""
+        """The next frame whose type is not in ``ignore`` (presence and status by default)."""
         while True:
             frame = await self.recv(what=what)
             if frame.get("type") not in ignore:

@@ -335,12 +335,14 @@ class Context:
 
         Frames from one sender are processed in order (notes §7), so whatever the sender sent
         before has been decided once the observers see this one. Returns, per observer, the
-        frames read before the barrier. Clients send ``agent.state idle``; edges ``user.message``.
+        frames read before the barrier. Clients send ``agent.state idle``; edges a
+        ``control.cancel`` naming no turn (a ``user.message`` would wait while a turn is open:
+        one run at a time, notes §17.3).
         """
         if sender.role == "client":
             frame = await sender.send("agent.state", {"state": "idle"})
         else:
-            frame = await sender.send("user.message", {"text": "conformance barrier"})
+            frame = await sender.send("control.cancel", {})
         mid = frame["message_id"]
         before: list[list[dict[str, Any]]] = []
         for observer in observers:

@@ -14,6 +14,7 @@ from typing import Any, Final
 __all__ = [
     "PRESENCE",
     "PROTOCOL_VERSION",
+    "STATUS",
     "SUBPROTOCOL",
     "envelope",
     "is_master_ack",
@@ -28,6 +29,9 @@ __all__ = [
 PROTOCOL_VERSION: Final = "1.0.2"
 SUBPROTOCOL: Final = "rawp.1"
 PRESENCE: Final = "session.presence"
+STATUS: Final = "session.status"
+"""The master's status changes (notes §17.4): looked past like presence unless a case reads
+them."""
 
 
 def presence_change(frame: dict[str, Any], pid: str) -> dict[str, Any] | None:

@@ -20,6 +20,7 @@ copy of these rules. A cell names what the credential needs::
     cancel_turn           write   ·          ANY              control.cancel, POST …/cancel
     issue_tokens          tokens  ·          KEY              POST …/tokens
     fork                  write   ·          KEY              POST …/fork
+    continue_session      write   ·          KEY              POST …/continue
     export                read    ·          ANY              GET …/export
 
 ``*``: attaching as client needs ``write``, as edge ``read``; a client's fatal error needs
@@ -77,6 +78,7 @@ Act: TypeAlias = Literal[
     "cancel_turn",
     "issue_tokens",
     "fork",
+    "continue_session",
     "export",
 ]
 ActorRole: TypeAlias = Literal["client", "edge"]
@@ -147,6 +149,7 @@ TABLE: Final[dict[tuple[Act, ActorRole], Cell]] = {
     ("cancel_turn", "edge"):            Cell("write", _ANY),
     ("issue_tokens", "edge"):           Cell("tokens", _KEY),
     ("fork", "edge"):                   Cell("write", _KEY),
+    ("continue_session", "edge"):       Cell("write", _KEY),
     ("export", "edge"):                 Cell("read", _ANY),
 }
 # fmt: on

@@ -129,7 +129,7 @@ class CompactionBlock(_Block, tag="compaction"):
     preserved_elements: PreservedElements | None = None
 
 
-NoticeKind: TypeAlias = Literal["renamed", "deleted", "error", "history", "cancel"]
+NoticeKind: TypeAlias = Literal["renamed", "deleted", "ended", "error", "history", "cancel"]
 
 
 class NoticeBlock(_Block, tag="notice"):

@@ -48,6 +48,7 @@ from .client_errors import (
     ReconnectExhausted,
 )
 from .client_frames import DEFAULT_BUFFER, Delivered, create_spec, unpacked
+from .client_http import ContinuedSession, continue_session
 from .client_link import ClientLink
 from .frames import BufferRequest, CreateSpec, Frame, GenericFrame, History, Role
 from .outgoing import SavedBuffer
@@ -65,12 +66,14 @@ __all__ = [
     "ClientSnapshot",
     "ConnectRefused",
     "ConnectionStatus",
+    "ContinuedSession",
     "Delivered",
     "FrameLost",
     "FrameRefused",
     "RawpClient",
     "ReconnectExhausted",
     "SavedBuffer",
+    "continue_session",
     "load_snapshot",
     "run",
     "save_snapshot",
@@ -101,6 +104,10 @@ class RawpClient(ClientLink):
     refusals reach the caller; see :mod:`protocol.resends`). ``presence=False`` asks for no
     ``session.presence`` frames (a viewer that shows no roster: docs/protocol.md §5 item 12);
     ``view.presence`` then says so and ``view.participants`` stays empty.
+    ``accepts_input_during_turn=True`` (a client that steers) gets every ``user.message`` at
+    once, even during its turn; otherwise the master holds one that arrives while the agent
+    runs for up to 3 s and then refuses it ``busy`` (an edge's post raises
+    :class:`FrameRefused` with ``error.error_code == "busy"``; notes §17.3).
     """
 
     def __init__(
@@ -129,6 +136,7 @@ class RawpClient(ClientLink):
         ssl_context: ssl.SSLContext | None = None,
         resend_rounds: int | None = DEFAULT_RESEND_ROUNDS,
         presence: bool = True,
+        accepts_input_during_turn: bool = False,
     ) -> None:
         if role not in ("client", "edge"):
             raise ValueError(f"role must be 'client' or 'edge', got {role!r}")
@@ -160,6 +168,7 @@ class RawpClient(ClientLink):
             ssl_context=ssl_context,
             resend_rounds=resend_rounds,
             presence=presence,
+            accepts_input_during_turn=accepts_input_during_turn,
         )
         if self.state_path is not None and self.state_path.exists():
             self._restore(load_snapshot(self.state_path))

@@ -134,12 +134,16 @@ class ClientCore(Generic[FutureT]):
         backoff: Backoff | None = None,
         resend_rounds: int | None = DEFAULT_RESEND_ROUNDS,
         presence: bool = True,
+        accepts_input_during_turn: bool = False,
     ) -> None:
         self.url = url
         self.session_id = session_id
         self.role: Role = role
         self.buffer_request = buffer_request
         self.presence = presence  # False: no session.presence frames (docs/protocol.md §5)
+        # A client that steers: its hello asks for user.message at once, even during its
+        # turn (notes §17.3); else they wait for its run to end.
+        self.accepts_input_during_turn = accepts_input_during_turn
         self.participant_id = participant_id
         self.generation = 0
         self.epoch: str | None = None
@@ -242,6 +246,9 @@ class ClientCore(Generic[FutureT]):
                 buffer=self.buffer_request,
                 create=create,
                 presence=self.presence,
+                accepts_input_during_turn=(
+                    True if self.accepts_input_during_turn and self.role == "client" else None
+                ),
             ),
             **self._envelope(),
         )

@@ -81,6 +81,7 @@ class ClientLink(TypedSends[asyncio.Future[int]]):
         ssl_context: ssl.SSLContext | None,
         resend_rounds: int | None,
         presence: bool = True,
+        accepts_input_during_turn: bool = False,
     ) -> None:
         super().__init__(
             url,
@@ -95,6 +96,7 @@ class ClientLink(TypedSends[asyncio.Future[int]]):
             backoff=backoff,
             resend_rounds=resend_rounds,
             presence=presence,
+            accepts_input_during_turn=accepts_input_during_turn,
         )
         self.token = token
         self.create = create

@@ -10,6 +10,7 @@ whether it is fatal; each handshake error knows its WebSocket close code::
     │   ├── UnsupportedData           unsupported_data     (binary WebSocket message)
     │   ├── NotAllowed                not_allowed          (credential or session state forbids it)
     │   ├── RateLimited               rate_limited
+    │   ├── Busy                      busy                 (a run is open or about to start)
     │   ├── StoreUnavailable          store_unavailable    (the frame could not be made durable)
     │   ├── VersionUnsupported        version_unsupported
     │   ├── MessageIdConflict         message_id_conflict  (the id names another frame)
@@ -43,6 +44,7 @@ from typing import ClassVar
 __all__ = [
     "BadCredential",
     "BlockStateError",
+    "Busy",
     "ClientAttached",
     "CloseCode",
     "DirectionError",
@@ -112,6 +114,13 @@ class NotAllowed(ProtocolError):
     """The credential or the session's state does not allow this frame."""
 
     code = "not_allowed"
+
+
+class Busy(ProtocolError):
+    """A ``user.message`` while the agent's run is open (or about to start) did not find the
+    agent free within its wait (notes §17.3): not logged, nothing ends; send it again later."""
+
+    code = "busy"
 
 
 class RateLimited(ProtocolError):

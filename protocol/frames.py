@@ -76,6 +76,9 @@ __all__ = [
     "SessionError",
     "SessionErrorPayload",
     "SessionInfo",
+    "SessionStatus",
+    "SessionStatusName",
+    "StatusPayload",
     "TextDelta",
     "TextDeltaPayload",
     "TextDone",
@@ -91,6 +94,7 @@ __all__ = [
     "ToolResultPayload",
     "TurnEnd",
     "TurnEndPayload",
+    "TurnError",
     "TurnStart",
     "TurnStartPayload",
     "Usage",
@@ -158,6 +162,7 @@ Role = Literal["client", "edge"]
 SenderRole = Literal["client", "edge", "master"]
 """Who sent a frame: the one definition (``protocol.state`` names it too)."""
 Policy = Literal["RING", "DROP", "NONE"]
+SessionStatusName = Literal["idle", "running", "requires_action", "rescheduling", "terminated"]
 
 
 # Every Struct here is gc=False: frames are trees decoded from JSON and never part of a
@@ -269,6 +274,9 @@ class HelloPayload(_Payload):
     buffer: BufferRequest | None = None
     create: CreateSpec | None = None
     presence: bool | None = None
+    accepts_input_during_turn: bool | None = None
+    """A client that steers: it takes ``user.message`` during its turn, so they are relayed at
+    once instead of waiting for the run to end (notes §17.3)."""
 
 
 class SessionInfo(Struct, gc=False, kw_only=True):
@@ -276,7 +284,7 @@ class SessionInfo(Struct, gc=False, kw_only=True):
 
     session_id: Id
     name: str
-    status: Literal["idle", "running", "requires_action", "terminated"]
+    status: SessionStatusName
     head_seq: Seq
     epoch: str
     created_at: Timestamp
@@ -299,7 +307,9 @@ class WelcomePayload(_Payload):
     generation: Count
     resumed: bool
     session: SessionInfo
-    reattach_window_ms: Count
+    reattach_window_ms: Annotated[
+        int, Meta(ge=-1, description="How long a detached participant may come back; -1: never.")
+    ]
     heartbeat_interval_ms: Count
     max_frame_bytes: Count
     buffer: BufferGrant
@@ -488,12 +498,29 @@ class TurnStartPayload(_Payload):
     mode: str | None = None
 
 
+class TurnError(_Payload):
+    """Why a run failed (notes §17.4): a short machine code and a sentence for people."""
+
+    code: Annotated[str, Meta(min_length=1, max_length=64)]
+    message: Annotated[str, Meta(max_length=4096)]
+
+
 class TurnEndPayload(_Payload):
-    """§7.5.2 session.turn.end; ``disconnected`` only ever appears on synthetic frames."""
+    """§7.5.2 session.turn.end; ``disconnected`` only ever appears on synthetic frames;
+    ``error`` only with ``stop_reason: error``."""
 
     turn_id: NonEmpty
     stop_reason: StopReason
     tool_invocation_count: Count | None = None
+    error: TurnError | None = None
+
+
+class StatusPayload(_Payload):
+    """The session's derived status changed (notes §17.4); ``stop_reason`` is how the last
+    run ended (absent while one runs)."""
+
+    status: SessionStatusName
+    stop_reason: StopReason | None = None
 
 
 # --- §7.6 / §7.7 rename and delete -------------------------------------------------------
@@ -514,6 +541,9 @@ class DeletedPayload(_Payload):
     session_id: Id
     reason: Literal["user_request", "master_request", "timeout", "error"]
     deleted_by: Literal["edge", "client", "master", "system"]
+    reattach_window_ms: Count | None = None
+    """With ``timeout``: the reattach window that ran out, so every view can say how long the
+    agent was waited for (notes §17.1)."""
 
 
 # --- agent, tool, interaction, user and control frames (notes §4) ------------------------
@@ -660,6 +690,12 @@ class Compacted(Frame, tag="session.compacted"):
     payload: CompactedPayload
 
 
+class SessionStatus(Frame, tag="session.status"):
+    """The derived status changed (M; notes §17.4)."""
+
+    payload: StatusPayload
+
+
 class Renamed(Frame, tag="session.renamed"):
     """§7.6.1 (C, E, M)."""
 
@@ -788,6 +824,7 @@ MasterFrame: TypeAlias = (
     | ThinkingDone
     | ToolResult
     | AgentState
+    | SessionStatus
 )
 AnyFrame: TypeAlias = (
     Hello
@@ -814,6 +851,7 @@ AnyFrame: TypeAlias = (
     | InteractionResponse
     | UserMessage
     | Cancel
+    | SessionStatus
 )
 
 

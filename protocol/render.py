@@ -21,6 +21,7 @@ from .blocks import (
     UsageBlock,
     UserMessageBlock,
 )
+from .endings import ending_notice
 from .frames import (
     AgentState,
     Cancel,
@@ -247,11 +248,8 @@ class BlockRenderer:
             )
         elif isinstance(frame, Deleted):
             p_d = frame.payload
-            notice = NoticeBlock(
-                notice="deleted",
-                text=f"session deleted ({p_d.reason}, by {p_d.deleted_by})",
-                **base,
-            )
+            kind, text = ending_notice(p_d.reason, p_d.deleted_by, p_d.reattach_window_ms)
+            notice = NoticeBlock(notice=kind, text=text, **base)
         elif isinstance(frame, SessionError):
             p_e = frame.payload
             notice = NoticeBlock(

@@ -64,10 +64,12 @@ __all__ = [
     "apply",
     "check",
     "effect_of",
+    "run_open",
     "status",
+    "status_frame_due",
 ]
 
-Status: TypeAlias = Literal["idle", "running", "requires_action", "terminated"]
+Status: TypeAlias = Literal["idle", "running", "requires_action", "rescheduling", "terminated"]
 
 
 class Phase(enum.Enum):
@@ -106,6 +108,15 @@ class SessionState:
     cost_used: float = 0.0
     cost_unit: str = ""
     compactions: int = 0
+    # How the last run ended and, when it failed, why (notes §17.4): ``(code, message)``.
+    stop_reason: str | None = None
+    last_error: tuple[str, str] | None = None
+    # The status the log last stated in a session.status (None: none yet); the master logs a
+    # new one whenever status() differs from it.
+    logged_status: str | None = None
+    # A user.message reached the session while no turn was open, and no turn started since:
+    # the run is about to start (notes §17.3; the master bounds it in time).
+    run_requested: bool = False
     # §7.8.3: the state as it was just before the first synthetic frame, and the real frames
     # folded since, so unfinalization can take exactly the synthetic frames back out. When a
     # local finalization lands on top of the log's, ``before_finalization`` keeps the log's
@@ -133,6 +144,21 @@ def status(state: SessionState) -> Status:
     if state.phase is Phase.TURN_OPEN:
         return "running"
     return "idle"
+
+
+def run_open(state: SessionState) -> bool:
+    """A run is open or about to start (notes §17.3): a new user.message waits for it."""
+    return state.phase is Phase.TURN_OPEN or state.run_requested
+
+
+def status_frame_due(state: SessionState) -> bool:
+    """The derived status differs from the last one the log stated (notes §17.4); a log
+    that stated none yet is idle, as every session starts. Not between a client's turn end
+    and its usage: the usage comes right after the turn end in the log (§7.5.2), the status
+    after it."""
+    if state.phase is Phase.USAGE_DUE:
+        return False
+    return status(state) != (state.logged_status or "idle")
 
 
 # --- direction -----------------------------------------------------------------------------
@@ -247,6 +273,7 @@ def _turn_start_apply(state: SessionState, frame: Frame, role: SenderRole) -> No
     state.turn_id = p.turn_id
     state.last_turn_index = p.turn_index
     state.turn_ids.add(p.turn_id)
+    state.run_requested = False
 
 
 def _refuse_turn_start(state: SessionState, frame: Frame, role: SenderRole) -> None:
@@ -257,6 +284,8 @@ def _refuse_turn_start(state: SessionState, frame: Frame, role: SenderRole) -> N
 
 def _turn_end_check(state: SessionState, frame: Frame, role: SenderRole) -> None:
     p = frame.payload  # type: ignore[attr-defined]
+    if p.error is not None and p.stop_reason != "error":
+        raise InvalidFrame(f"error is only for stop_reason 'error', not {p.stop_reason!r}")
     if p.turn_id != state.turn_id:
         raise TurnStateError(f"turn_id {p.turn_id} is not the open turn ({state.turn_id})")
     if p.stop_reason == "disconnected" and not frame.synthetic:
@@ -273,6 +302,9 @@ def _turn_end_apply(state: SessionState, frame: Frame, role: SenderRole) -> None
     state.open_thinking.clear()
     state.turn_id = None
     state.turns_completed += 1
+    p = frame.payload  # type: ignore[attr-defined]
+    state.stop_reason = p.stop_reason
+    state.last_error = None if p.error is None else (p.error.code, p.error.message)
 
 
 def _refuse_turn_end(state: SessionState, frame: Frame, role: SenderRole) -> None:
@@ -443,6 +475,15 @@ def _interaction_cancel_apply(state: SessionState, frame: Frame, role: SenderRol
     del state.pending_interactions[frame.payload.interaction_id]  # type: ignore[attr-defined]
 
 
+def _user_message_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    if state.phase is not Phase.TURN_OPEN:
+        state.run_requested = True
+
+
+def _status_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    state.logged_status = frame.payload.status  # type: ignore[attr-defined]
+
+
 def _refuse_terminated(state: SessionState, frame: Frame, role: SenderRole) -> None:
     raise NotAllowed("the session was deleted; no further frames are accepted")
 
@@ -472,8 +513,9 @@ _ANYTIME: Final[dict[str, Rule]] = {
     "agent.interaction.request": Rule(_interaction_request_check, _interaction_request_apply),
     "agent.interaction.cancel": Rule(_interaction_cancel_check, _interaction_cancel_apply),
     "control.interaction.response": Rule(_interaction_response_check, _interaction_response_apply),
-    "user.message": Rule(_nothing, _nothing),
+    "user.message": Rule(_nothing, _user_message_apply),
     "control.cancel": Rule(_nothing, _nothing),
+    "session.status": Rule(_nothing, _status_apply),
 }
 
 _TURN_START: Final = Rule(_turn_start_check, _turn_start_apply, Phase.TURN_OPEN)
@@ -501,6 +543,7 @@ def _build_table() -> dict[tuple[Phase, str], Rule]:
     # change nothing). A second session.deleted is refused: the session ended once.
     table[Phase.TERMINATED, "session.presence"] = Rule(_master_notice_only, _nothing)
     table[Phase.TERMINATED, "session.error"] = Rule(_master_notice_only, _nothing)
+    table[Phase.TERMINATED, "session.status"] = Rule(_master_notice_only, _nothing)
     return table
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from . import codec, names
 from .cli_flags import LOCAL_WS_URL, add_connection_flags, connection
+from .endings import ending_notice
 from .errors import HandshakeError, RawpError
 from .finalize import unfinalizes
 from .frames import (
@@ -207,7 +208,8 @@ class TailPrinter:
             self._line(f"· renamed to {_quoted(p_r.name)} by {p_r.renamed_by}")
         elif isinstance(frame, Deleted):
             p_d = frame.payload
-            self._line(f"× session deleted ({p_d.reason}, by {p_d.deleted_by})")
+            kind, text = ending_notice(p_d.reason, p_d.deleted_by, p_d.reattach_window_ms)
+            self._line(f"× {kind}: {text}" if kind == "ended" else f"× {text}")
         elif isinstance(frame, SessionError):
             p_e = frame.payload
             fatal = " (fatal)" if p_e.fatal else ""

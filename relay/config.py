@@ -14,6 +14,7 @@ one :class:`Option` line.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
@@ -25,6 +26,7 @@ from protocol.cli_flags import ENV_ATTRIBUTE
 
 __all__ = [
     "DEFAULT_STORE",
+    "DURABLE_REATTACH_WINDOW_S",
     "LOG_LEVELS",
     "MAX_ARCHIVE_RETENTION_S",
     "MAX_BUFFER_BYTES",
@@ -34,6 +36,7 @@ __all__ = [
     "MAX_RATE_FRAMES",
     "MAX_REATTACH_WINDOW_S",
     "MAX_RETENTION_FRAMES",
+    "MEMORY_REATTACH_WINDOW_S",
     "OPTIONS",
     "SERVE_DEFAULTS",
     "ConfigError",
@@ -48,6 +51,11 @@ DEFAULT_STORE: Final = "sqlite:./rawp-data/rawp.db"
 """The durable embedded default of ``rawp serve`` (notes §16.2); in-process masters (tests,
 benchmarks) keep ``memory``."""
 
+DURABLE_REATTACH_WINDOW_S: Final = 7 * 86400.0
+"""A durable store keeps a detached agent's session as long as a person may be away."""
+MEMORY_REATTACH_WINDOW_S: Final = 120.0
+"""``--store memory`` keeps nothing across a restart: a short window frees it sooner."""
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -60,7 +68,9 @@ class Settings:
     archive_retention_s: float = 30 * 86400.0
     redis_cluster: bool = False
     api_keys: tuple[str, ...] = ()
-    reattach_window_s: float = 120.0
+    # None: the store's default (DURABLE_REATTACH_WINDOW_S on a durable store, else
+    # MEMORY_REATTACH_WINDOW_S); math.inf: never (``--reattach-window never``).
+    reattach_window_s: float | None = None
     max_frame_bytes: int = 1 << 20
     buffer_capacity: int = 1 << 20
     allowed_origins: tuple[str, ...] = ()
@@ -85,6 +95,21 @@ class Settings:
     node_heartbeat_s: float = 1.0
     node_dead_after_s: float = 5.0
     loop: str = "auto"
+
+    @property
+    def reattach_window(self) -> float:
+        """Seconds a detached participant may come back in; ``math.inf`` for never (§17.1)."""
+        if self.reattach_window_s is not None:
+            return self.reattach_window_s
+        if self.store == "memory":
+            return MEMORY_REATTACH_WINDOW_S
+        return DURABLE_REATTACH_WINDOW_S
+
+    @property
+    def reattach_window_ms(self) -> int:
+        """The window as the welcome states it: milliseconds, ``-1`` for never."""
+        window = self.reattach_window
+        return -1 if math.isinf(window) else int(window * 1000)
 
     @property
     def scheme(self) -> tuple[str, str]:
@@ -204,6 +229,21 @@ def parse_duration(value: Any) -> float:
     return seconds
 
 
+def _window(value: Any) -> float:
+    """``--reattach-window``: a duration above 0 (``120``, ``90s``, ``7d``) or ``never``."""
+    if isinstance(value, str) and value.strip().lower() == "never":
+        return math.inf
+    if isinstance(value, bool):
+        raise ValueError("a duration (120, 90s, 12h, 7d) or never is needed")
+    seconds = parse_duration(value)
+    if not 0 < seconds <= MAX_REATTACH_WINDOW_S:  # also refuses inf and NaN
+        raise ValueError(
+            f"a duration above 0 and at most {_duration(MAX_REATTACH_WINDOW_S)} "
+            "(120, 90s, 12h, 7d) or never is needed"
+        )
+    return seconds
+
+
 def _text(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError("a string is needed")
@@ -306,9 +346,10 @@ OPTIONS: Final[tuple[Option, ...]] = (
     Option(
         "--reattach-window",
         "reattach_window_s",
-        _seconds(MAX_REATTACH_WINDOW_S),
-        "how long a detached participant may come back before it expires",
-        metavar="SECONDS",
+        _window,
+        "how long a detached agent may come back before its session ends (seconds, or "
+        "90s, 12h, 7d; never: sessions end only by deletion)",
+        metavar="DURATION",
     ),
     Option(
         "--max-frame-bytes",
@@ -508,6 +549,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser, base: Settings | None =
         else:
             if option.shown is not None:
                 shown = option.shown
+            elif option.read is _window:
+                shown = _window_shown(default)
             elif option.read is parse_duration:
                 shown = _duration(default)
             else:
@@ -546,6 +589,12 @@ def _duration(seconds: float) -> str:
         if seconds >= scale and (seconds / scale).is_integer():
             return f"{int(seconds / scale)}{unit}"
     return f"{seconds:g}s"
+
+
+def _window_shown(seconds: float | None) -> str:
+    if seconds is None:
+        return "7d on a durable store, 120s on memory"
+    return "never" if math.isinf(seconds) else _duration(seconds)
 
 
 def _shown(default: Any) -> str:

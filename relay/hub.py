@@ -18,6 +18,7 @@ from typing import Any, Literal
 import structlog
 
 from protocol import acts, codec, names
+from protocol.endings import ending_notice
 from protocol.errors import (
     CloseCode,
     Forbidden,
@@ -356,7 +357,7 @@ class Hub:
                 # [trust] another workspace's session looks exactly like an absent one
                 raise _absent(session_id)
             if header.archived:
-                raise SessionGone(f"session {session_id} has ended ({header.reason})")
+                raise SessionGone(self._ended(header))
             session = await self.open(session_id)
             if session is None:
                 continue
@@ -414,10 +415,19 @@ class Hub:
             raise StoreUnavailableError(f"the deletion of {session_id} was not stored; send again")
         return True
 
+    def _ended(self, header: SessionHeader) -> str:
+        """The 4410 reason for an ended session: why, and that it can be continued (notes
+        §17.2); short enough for a close frame's 123 bytes, so it names no id."""
+        window_ms = self.settings.reattach_window_ms
+        _, text = ending_notice(
+            header.reason or "", header.deleted_by or "system", None if window_ms < 0 else window_ms
+        )
+        return f"ended: {text}; continue it (POST /v1/sessions/<id>/continue)"
+
     # --- deadlines -----------------------------------------------------------------------
 
     async def _deadlines(self) -> None:
-        interval = max(0.02, min(1.0, self.settings.reattach_window_s / 8))
+        interval = max(0.02, min(1.0, self.settings.reattach_window / 8))
         while True:
             await asyncio.sleep(interval)
             try:

@@ -90,10 +90,17 @@ async def _missed_frames(ctx: Context) -> _Backlog:
         await client.send("agent.text.delta", {"block_id": "b1", "delta": "x" * n}) for n in _DELTAS
     ]
     got = await observer.recv_raw_until(
-        lambda f: f.get("message_id") == start["message_id"], what="the turn start"
+        lambda f: f.get("message_id") == sent[0]["message_id"], what="the client's first delta"
     )
-    cursor = got[-1].frame
-    frames = [await observer.recv_id(f["message_id"], what="the client's deltas") for f in sent]
+    starts = [r for r in got if r.frame.get("message_id") == start["message_id"]]
+    expect(bool(starts), "the turn start did not arrive before the first delta")
+    # The cursor is the last frame before the deltas: the turn start, or the master's
+    # session.status (running) logged right after it (notes §17.4).
+    cursor = got[-2].frame if len(got) > 1 else starts[0].frame
+    frames = [got[-1]]
+    frames += [
+        await observer.recv_id(f["message_id"], what="the client's deltas") for f in sent[1:]
+    ]
     seq = cursor.get("seq")
     expect(isinstance(seq, int), f"the turn start has no integer seq: {seq!r}")
     seqs = [r.frame.get("seq") for r in frames]
@@ -381,8 +388,10 @@ async def backlog_excludes_own(ctx: Context) -> None:
     first = await edge.send("user.message", {"text": "the cursor"})
     cursor = (await client.recv_id(first["message_id"], what="the edge's first frame")).frame
     own = [await client.send("agent.state", {"state": s}) for s in ("thinking", "idle")]
-    other = await edge.send("user.message", {"text": "from the edge"})
-    await client.recv_id(other["message_id"], what="the edge's user.message")
+    # Not a second user.message: with no turn started since the first, it would wait for the
+    # run the first one asked for (notes §17.3).
+    other = await edge.send("control.cancel", {})
+    await client.recv_id(other["message_id"], what="the edge's control.cancel")
     client.drop()
     again = await ctx.client(
         create=False,

@@ -19,7 +19,7 @@ from .common import window_fits
 
 __all__: list[str] = []
 
-_STATUSES = {"idle", "running", "requires_action", "terminated"}
+_STATUSES = {"idle", "running", "requires_action", "rescheduling", "terminated"}
 _POLICIES = {"RING", "DROP", "NONE"}
 _BAD_KEY = "rk_conformance_definitely_not_a_key"
 
@@ -54,8 +54,11 @@ async def welcome(ctx: Context) -> None:
     expect(isinstance(session.get("epoch"), str) and session["epoch"], "session.epoch missing")
     expect(isinstance(session.get("name"), str), "session.name missing")
     expect(isinstance(session.get("created_at"), str), "session.created_at missing")
-    for key in ("reattach_window_ms", "heartbeat_interval_ms"):
-        expect(_is_int(p.get(key)), f"{key} is not a count: {p.get(key)!r}")
+    # reattach_window_ms -1: never (notes §17.12)
+    window = p.get("reattach_window_ms")
+    expect(_is_int(window, -1), f"reattach_window_ms is not a count or -1: {window!r}")
+    heartbeat = p.get("heartbeat_interval_ms")
+    expect(_is_int(heartbeat), f"heartbeat_interval_ms is not a count: {heartbeat!r}")
     expect(_is_int(p.get("max_frame_bytes"), 1), f"max_frame_bytes {p.get('max_frame_bytes')!r}")
     buffer = p.get("buffer")
     expect(
@@ -430,7 +433,9 @@ async def not_allowed(ctx: Context) -> None:
 
 def _window_s(ctx: Context, peer: Any) -> float:
     window_ms = peer.welcome["payload"].get("reattach_window_ms")
-    expect(_is_int(window_ms), f"welcome.reattach_window_ms is {window_ms!r}")
+    expect(_is_int(window_ms, -1), f"welcome.reattach_window_ms is {window_ms!r}")
+    if window_ms < 0:
+        skip("the master's reattach window is never (-1): nothing expires to test")
     window_fits(ctx, int(window_ms))
     return float(window_ms) / 1000
 

@@ -46,6 +46,7 @@ from ..frames import (
     History,
     InteractionRequest,
     InteractionResponse,
+    SessionStatus,
     TextDelta,
     TextDone,
     ThinkingDelta,
@@ -198,6 +199,12 @@ class AguiEgress:
             events += self._finish(None) if self._held_end else []
             events += self._end_session(frame)
             return events
+        if isinstance(frame, SessionStatus):
+            # A status change (notes §17.4) is news inside a run only (AG-UI allows nothing
+            # outside one), and it never ends the run a held turn end waits to finish.
+            if self.turn is None:
+                return events
+            return [*events, self._custom(frame.type, payload_of(frame), frame)]
         if self._held_end is not None:
             if isinstance(frame, Usage):
                 return events + self._finish(frame)
@@ -303,10 +310,13 @@ class AguiEgress:
                 )
             )
         else:
+            failure = frame.payload.error if isinstance(frame, TurnEnd) else None
             events.append(
                 RunErrorEvent(
-                    message=f"the turn ended: {stop_reason}",
-                    code=stop_reason,
+                    message=f"the turn ended: {stop_reason}"
+                    if failure is None
+                    else failure.message,
+                    code=stop_reason if failure is None else failure.code,
                     usage=tokens,
                     timestamp=millis(frame),
                 )

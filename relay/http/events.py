@@ -24,6 +24,7 @@ from aiohttp import web
 
 from protocol import acts, codec
 from protocol.errors import (
+    Busy,
     CloseCode,
     InvalidFrame,
     NotAllowed,
@@ -34,7 +35,7 @@ from protocol.errors import (
 from protocol.frames import Frame, GenericFrame
 
 from ..auth import Principal
-from ..session import Participant, Session, same_frame
+from ..session import RUN_WAIT_S, Participant, Session, same_frame
 from ..store.base import ParticipantRecord
 from .access import (
     hub_of,
@@ -92,6 +93,8 @@ class HttpParticipant(Participant):
         super().__init__(session, record, _NoSocket(), principal, send_queue_bytes=1 << 20)
         self.errors: list[ProtocolError] = []
 
+    can_hold = False  # a user.message waiting for the agent waits in the request instead
+
     def send_error(
         self,
         error: ProtocolError,
@@ -125,10 +128,19 @@ async def submit(
         participant = HttpParticipant(session, principal)
         session.metrics.frames_in.inc()
         started = time.perf_counter()
-        async with fenced_write(
-            session.coordinator, session.id
-        ):  # [trust] a paused node's late write is refused
-            await session.submit_now(participant, frame, raw)
+        # One run at a time (notes §17.3): a user.message that finds the agent busy waits
+        # here, up to RUN_WAIT_S, and is judged again; then it is relayed or refused busy.
+        wait_ends = time.monotonic() + RUN_WAIT_S
+        while True:
+            async with fenced_write(
+                session.coordinator, session.id
+            ):  # [trust] a paused node's late write is refused
+                await session.submit_now(participant, frame, raw)
+            busy = [e for e in participant.errors if isinstance(e, Busy)]
+            if not busy or time.monotonic() >= wait_ends or session.terminated:
+                break
+            participant.errors.clear()
+            await session.runs.wait_free(wait_ends)
         if not participant.errors:
             # Arrival to fan-out, as for WebSocket frames (notes §10 relay latency).
             session.metrics.relay_latency.observe(time.perf_counter() - started)
@@ -150,7 +162,7 @@ def _refusal(session: Session, error: ProtocolError) -> ApiError:
         return ApiError(503, "the store failed: send again", code="store_unavailable")
     if isinstance(error, StoreUnavailable):
         return ApiError(503, error.message, code=error.code)
-    if session.terminated or isinstance(error, NotAllowed):
+    if session.terminated or isinstance(error, NotAllowed | Busy):
         return ApiError(409, error.message, code=error.code)
     if isinstance(error, StateViolation):
         # The session's state refuses it now (e.g. no such pending interaction).

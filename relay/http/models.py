@@ -23,12 +23,14 @@ __all__ = [
     "JSON_BODY_LIMIT",
     "AppendBody",
     "CancelBody",
+    "ContinueBody",
     "CreateBody",
     "ForkBody",
     "KeyBody",
     "KeyOut",
     "ParticipantOut",
     "RenameBody",
+    "RunErrorOut",
     "SessionOut",
     "TokenBody",
     "TokenOut",
@@ -85,6 +87,14 @@ class ForkBody(msgspec.Struct, kw_only=True):
     name: Name | None = None
 
 
+class ContinueBody(msgspec.Struct, kw_only=True):
+    """``POST /v1/sessions/{id}/continue``; a named ``session_id`` makes asking twice return
+    the same session."""
+
+    session_id: SessionId | None = None
+    name: Name | None = None
+
+
 class CancelBody(msgspec.Struct, kw_only=True):
     """``POST /v1/sessions/{id}/cancel``; ``turn_id`` defaults to the open turn."""
 
@@ -126,6 +136,13 @@ class UsageOut(msgspec.Struct, kw_only=True):
     compactions: int
 
 
+class RunErrorOut(msgspec.Struct, kw_only=True):
+    """Why the last run failed: its ``session.turn.end`` error (notes §17.4)."""
+
+    code: str
+    message: str
+
+
 class SessionOut(msgspec.Struct, kw_only=True):
     """A session as the API shows it (header + status + presence + totals)."""
 
@@ -149,6 +166,9 @@ class SessionOut(msgspec.Struct, kw_only=True):
     reason: str | None = None
     deleted_by: str | None = None
     vault_ids: list[str] = msgspec.field(default_factory=list)
+    # how the last run ended, and why when it failed (notes §17.4)
+    stop_reason: str | None = None
+    last_error: RunErrorOut | None = None
 
 
 class TokenOut(msgspec.Struct, kw_only=True):

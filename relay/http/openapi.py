@@ -24,6 +24,7 @@ from protocol.frames import PROTOCOL_VERSION
 from .models import (
     AppendBody,
     CancelBody,
+    ContinueBody,
     CreateBody,
     ForkBody,
     KeyBody,
@@ -305,6 +306,13 @@ OPERATIONS: Final[dict[tuple[str, str], Operation]] = {
         "a new session holding a copy of seqs 1..at_seq (API keys only)",
         {"201": _CREATED, "200": _EXISTING},
         body=ForkBody,
+    ),
+    ("POST", "/v1/sessions/{session_id}/continue"): Operation(
+        "carry an ended session on: a new live session (parent: the ended one) holding its "
+        "whole log; 409 not_ended on a live session; a named session_id makes it idempotent "
+        "(API keys only)",
+        {"201": _CREATED, "200": _EXISTING},
+        body=ContinueBody,
     ),
     ("GET", "/v1/sessions/{session_id}/export"): Operation(
         "the whole log (json) or a Markdown transcript (md), as an attachment",

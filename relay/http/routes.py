@@ -20,7 +20,14 @@ from .fencing import lease_middleware
 from .keys import add_key_routes
 from .middleware import HTTP_METRICS, HttpMetrics, api_middleware
 from .openapi import add_openapi_route
-from .sessions import create_session, fork_session, get_session, list_sessions, rename_session
+from .sessions import (
+    continue_session,
+    create_session,
+    fork_session,
+    get_session,
+    list_sessions,
+    rename_session,
+)
 from .sse import STREAMS, EventStream, end_streams, stream_events
 
 __all__ = ["add_routes"]
@@ -54,6 +61,7 @@ def add_routes(app: web.Application, *, ws_url: Callable[[], str] | None = None)
     r.add_post(f"/v1/sessions/{SESSION_PATH}/cancel", cancel_turn)
     r.add_post(f"/v1/sessions/{SESSION_PATH}/tokens", create_token)
     r.add_post(f"/v1/sessions/{SESSION_PATH}/fork", fork_session)
+    r.add_post(f"/v1/sessions/{SESSION_PATH}/continue", continue_session)
     r.add_get(f"/v1/sessions/{SESSION_PATH}/export", export_session)
     add_agui_routes(app)
     r.add_delete("/v1/tokens/{token_id}", revoke_token)

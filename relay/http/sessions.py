@@ -12,6 +12,9 @@
 * ``POST /v1/sessions/{id}/fork`` — a new session whose log is a copy of seqs 1..``at_seq``
   (header: ``parent_session_id``, ``seed_length``); a prefix that ends inside a turn is
   finalized in the fork (§7.8.2: nobody is attached to it). API keys only.
+* ``POST /v1/sessions/{id}/continue`` — an ended session carried on (notes §17.2): a new
+  live session whose parent is the ended one, holding its whole log but the final
+  ``session.deleted``; 409 ``not_ended`` on a live one. API keys only.
 """
 
 from __future__ import annotations
@@ -42,10 +45,12 @@ from .access import (
 from .fencing import fenced_write
 from .middleware import HTTP_METRICS, ApiError
 from .models import (
+    ContinueBody,
     CreateBody,
     ForkBody,
     ParticipantOut,
     RenameBody,
+    RunErrorOut,
     SessionOut,
     TokenBody,
     TokenOut,
@@ -56,6 +61,7 @@ from .models import (
 )
 
 __all__ = [
+    "continue_session",
     "create_session",
     "describe",
     "fork_session",
@@ -122,6 +128,10 @@ async def describe(hub: Hub, session: Session, header: SessionHeader | None = No
         reason=session.header.reason,
         deleted_by=session.header.deleted_by,
         vault_ids=list(header.vault_ids),
+        stop_reason=state.stop_reason,
+        last_error=None
+        if state.last_error is None
+        else RunErrorOut(code=state.last_error[0], message=state.last_error[1]),
     )
 
 
@@ -293,9 +303,7 @@ async def fork_session(request: web.Request) -> web.Response:
     if source.archived and head > 0:
         # An archived log ends with the master's session.deleted: a fork copies what came
         # before it, so the fork starts alive (notes §16.1).
-        last = await hub.store.read(source.session_id, limit=1, newest_first=True)
-        if last and last[0].type == "session.deleted":
-            head = last[0].seq - 1
+        head = await _before_the_end(hub, source.session_id, head)
     at_seq = head if body.at_seq is None else body.at_seq
     if at_seq > head:
         raise ApiError(
@@ -308,7 +316,67 @@ async def fork_session(request: web.Request) -> web.Response:
             f"seqs before {first} were trimmed by retention: a fork would not copy the prefix",
             code="trimmed",
         )
-    fork_id = body.session_id or new_session_id()
+    name = body.name if body.name is not None else f"{source.name or source.session_id} (fork)"
+    return await _copy(request, principal, source, at_seq, body.session_id, name)
+
+
+async def continue_session(request: web.Request) -> web.Response:
+    """``POST /v1/sessions/{session_id}/continue`` ``{"session_id"?, "name"?}`` (notes §17.2).
+
+    The new session holds the ended one's whole log but its final ``session.deleted`` (the
+    end of the old session, not of the conversation), so the agent that attaches to it reads
+    its history and goes on: turn indexes continue from the old session's.
+    """
+    hub = hub_of(request)
+    principal = await principal_of(request)
+    source = await visible_header(request, principal)
+    body = await decode_body(request, ContinueBody, optional=True)
+    require_act(principal, "continue_session")
+    await loaded_session(request, source)
+    if not source.archived:
+        raise ApiError(
+            409,
+            f"session {source.session_id} has not ended: attach to it (continue is for ended "
+            "sessions)",
+            code="not_ended",
+        )
+    head = await _before_the_end(
+        hub, source.session_id, await hub.store.head_seq(source.session_id)
+    )
+    first = await hub.store.trimmed_before(source.session_id)
+    if head > 0 and first > 1:
+        raise ApiError(
+            409,
+            f"seqs before {first} were trimmed by retention: the log cannot be carried on whole",
+            code="trimmed",
+        )
+    name = body.name if body.name is not None else source.name
+    return await _copy(request, principal, source, head, body.session_id, name)
+
+
+async def _before_the_end(hub: Hub, session_id: str, head: int) -> int:
+    """The seq before an ended log's end: its final session.deleted and the session.status
+    (terminated) just before it are the old session's end, not the conversation's."""
+    for entry in await hub.store.read(session_id, limit=2, newest_first=True):
+        if entry.seq == head and entry.type in ("session.deleted", "session.status"):
+            head -= 1
+            if entry.type == "session.status":
+                break
+    return head
+
+
+async def _copy(
+    request: web.Request,
+    principal: Principal,
+    source: SessionHeader,
+    at_seq: int,
+    new_id: str | None,
+    name: str,
+) -> web.Response:
+    """A new session with a copy of ``source``'s seqs 1..``at_seq`` (a fork or a continue);
+    a named id that already holds that very copy answers it again (200, no token)."""
+    hub = hub_of(request)
+    fork_id = new_id or new_session_id()
     existing = await hub.store.get_session(fork_id)
     if existing is not None:
         same = (
@@ -323,7 +391,6 @@ async def fork_session(request: web.Request) -> web.Response:
             raise ApiError(409, f"session {fork_id} was deleted meanwhile", code="conflict")
         again = {"session": await describe(hub, fork, existing), "token": None, "created": False}
         return json_response(again)
-    name = body.name if body.name is not None else f"{source.name or source.session_id} (fork)"
     header = new_session_header(
         fork_id,
         principal.workspace,

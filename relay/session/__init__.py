@@ -18,10 +18,12 @@ from .core import SessionDeps
 from .participant import Participant
 from .pipeline import Decoded, decode_log, rebuild_state, same_frame, state_of
 from .roster import deadline_again, logged_roster
+from .runs import RUN_WAIT_S
 from .session import Session
 
 __all__ = [
     "BACKLOG_FIRST_READ",
+    "RUN_WAIT_S",
     "Decoded",
     "Participant",
     "Session",

@@ -113,6 +113,7 @@ class Attacher:
         participant = Participant(
             core, record, sink, principal, send_queue_bytes=settings.send_queue_bytes
         )
+        participant.steers = role == "client" and bool(p.accepts_input_during_turn)
         participant.outbox.put(codec.encode(self._welcome(record, resumed)))
         cursor = p.resume.last_seq if p.resume is not None else None
         if cursor is None and resumed:

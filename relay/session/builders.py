@@ -28,10 +28,13 @@ from protocol.frames import (
     SessionError,
     SessionErrorPayload,
     SessionInfo,
+    SessionStatus,
+    StatusPayload,
     ToolResult,
     ToolResultPayload,
     TurnEnd,
     TurnEndPayload,
+    TurnError,
     Welcome,
     WelcomePayload,
 )
@@ -48,6 +51,7 @@ __all__ = [
     "error",
     "presence",
     "presence_change",
+    "status_frame",
     "truncation_notice",
     "welcome",
 ]
@@ -144,7 +148,7 @@ def welcome(
                 epoch=header.epoch,
                 created_at=codec.parse_time(header.created_at),
             ),
-            reattach_window_ms=int(settings.reattach_window_s * 1000),
+            reattach_window_ms=settings.reattach_window_ms,
             heartbeat_interval_ms=int(settings.heartbeat_interval_s * 1000),
             max_frame_bytes=settings.max_frame_bytes,
             buffer=record.buffer,
@@ -177,9 +181,16 @@ def backlog_envelope(
     return codec.encode(history)
 
 
-def ending(session_id: str, state: SessionState, reason: str, deleted_by: str) -> list[Frame]:
+def ending(
+    session_id: str,
+    state: SessionState,
+    reason: str,
+    deleted_by: str,
+    *,
+    window_ms: int | None = None,
+) -> list[Frame]:
     """The §7.5.3 / §7.7 order that ends a session: open calls cancelled, the turn ended,
-    ``session.deleted`` last."""
+    ``session.deleted`` last; an expiry (``timeout``) names the window that ran out."""
     frames: list[Frame] = []
     for call in state.open_calls:
         frames.append(
@@ -193,21 +204,48 @@ def ending(session_id: str, state: SessionState, reason: str, deleted_by: str) -
     if state.turn_id is not None:
         frames.append(
             TurnEnd(
-                payload=TurnEndPayload(turn_id=state.turn_id, stop_reason="error"),
+                payload=TurnEndPayload(
+                    turn_id=state.turn_id,
+                    stop_reason="error",
+                    error=TurnError(
+                        code="session_ended", message="the session ended during this run"
+                    ),
+                ),
                 **envelope(session_id),
             )
         )
+    frames.append(
+        SessionStatus(
+            payload=StatusPayload(
+                status="terminated",
+                stop_reason="error" if state.turn_id is not None else state.stop_reason,  # type: ignore[arg-type]
+            ),
+            **envelope(session_id),
+        )
+    )
     frames.append(
         Deleted(
             payload=DeletedPayload(
                 session_id=session_id,
                 reason=reason,  # type: ignore[arg-type]
                 deleted_by=deleted_by,  # type: ignore[arg-type]
+                reattach_window_ms=window_ms if reason == "timeout" else None,
             ),
             **envelope(session_id),
         )
     )
     return frames
+
+
+def status_frame(session_id: str, state: SessionState) -> SessionStatus:
+    """``session.status`` stating the derived status now (notes §17.4); ``stop_reason`` is
+    how the last run ended, absent while one runs."""
+    now = status(state)
+    stop = None if now == "running" else state.stop_reason
+    return SessionStatus(
+        payload=StatusPayload(status=now, stop_reason=stop),  # type: ignore[arg-type]
+        **envelope(session_id),
+    )
 
 
 def truncation_notice(session_id: str, buffer_status: BufferStatus) -> SessionError:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -28,13 +29,17 @@ from ..coordination import Coordinator
 from ..metrics import Metrics
 from ..store.base import PRESENCE, Deadline, LogEntry, SessionHeader, Store
 from .participant import Participant
+from .runs import RunGate
 
-__all__ = ["Hooks", "PresenceSteps", "SessionCore", "SessionDeps"]
+__all__ = ["NEVER_DUE_MS", "Hooks", "PresenceSteps", "SessionCore", "SessionDeps"]
 
 log = structlog.get_logger("rawp.session")
 
 _MAX_FLUSH_WAIT: Final = 0.02  # seconds: the most a delivery waits for the session's flush
 _RECENT_IDS: Final = 65536
+NEVER_DUE_MS: Final = (1 << 53) - 1
+"""The due time of a reattach deadline under ``--reattach-window never``: exact as a double
+(a Redis sorted-set score) and never reached."""
 
 
 @dataclass(slots=True)
@@ -63,7 +68,11 @@ class SessionDeps:
 
     def deadline_for(self, session_id: str, participant_id: str) -> Deadline:
         """The reattach-window deadline of a participant that detaches now."""
-        due = int((time.time() + self.settings.reattach_window_s) * 1000)
+        window = self.settings.reattach_window
+        # ``never``: a deadline that never comes due, so every path that arms, re-arms or
+        # clears a participant's deadline stays the same (a later start with a finite
+        # window arms it again from the detach: relay/restart.py).
+        due = NEVER_DUE_MS if math.isinf(window) else int((time.time() + window) * 1000)
         return Deadline(session_id=session_id, participant_id=participant_id, due_ms=due)
 
 
@@ -117,6 +126,7 @@ class SessionCore:
         # archived or purged (a logged ending is finished later if the store change was lost).
         self.end_stored = False
         self.listeners: set[Callable[[LogEntry], None]] = set()
+        self.runs = RunGate(self)  # one run at a time (notes §17.3)
         self._recent: OrderedDict[str, None] = OrderedDict()
         self._flush_scheduled = False
         self._flush_cost = 0.0  # seconds the last flush took ...

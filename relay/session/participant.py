@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from typing import TYPE_CHECKING, Literal, Protocol
 
 import structlog
@@ -15,6 +16,7 @@ from ..fanout import SLOW_CONSUMER, Outbox, Sink
 from ..metrics import Metrics
 from ..store.base import LogEntry, ParticipantRecord
 from . import builders
+from .runs import Held
 
 if TYPE_CHECKING:
     from ..auth import Principal
@@ -51,6 +53,8 @@ class SessionLink(Protocol):
 class Participant:
     """One attached connection of a participant (a client or an edge)."""
 
+    can_hold = True  # a message of its that waits for the agent is held for it (runs.py)
+
     def __init__(
         self,
         session: SessionLink,
@@ -77,6 +81,13 @@ class Participant:
         # The oldest of its frames the store refused and it has not sent again: until it does,
         # its later frames are refused too, so what it re-sends is logged in order (notes §12).
         self.refused_from: str | None = None
+        # One run at a time (runs.py): this edge's user.messages waiting for the agent, oldest
+        # first, the task that hands them back, and the one being judged again with its wait's
+        # deadline. ``steers``: a client whose hello accepts input during its turn.
+        self.held: deque[Held] = deque()
+        self.releaser: asyncio.Task[None] | None = None
+        self.releasing: Held | None = None
+        self.steers = False
 
     @property
     def id(self) -> str:

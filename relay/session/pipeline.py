@@ -38,13 +38,23 @@ from protocol.errors import (
 )
 from protocol.finalize import fold, replay
 from protocol.frames import Frame, GenericFrame, History
-from protocol.state import Effect, SenderRole, SessionState, check, effect_of
+from protocol.state import (
+    Effect,
+    Phase,
+    SenderRole,
+    SessionState,
+    check,
+    effect_of,
+    status_frame_due,
+)
 
 from ..faults import refusal
 from ..store.base import AppendResult, LogEntry, NewEntry
+from . import builders
 from .core import Hooks, SessionCore
 from .effects import Effects
 from .participant import Participant
+from .runs import RUN_WAIT_S, Held, busy_error
 
 __all__ = [
     "CommitPipeline",
@@ -346,6 +356,12 @@ class CommitPipeline:
                 # non-fatal, not logged, nothing ends
                 participant.send_error(exc, ref_message_id=frame.message_id)
                 continue
+            if (
+                frame.type == "user.message"
+                and participant.role == "edge"
+                and not self._may_run(participant, frame, raw)
+            ):
+                continue
             head, tail = codec.stamp_parts(raw, frame, participant.sender)
             if not self._fits(participant, frame, len(head) + len(tail)):
                 continue
@@ -387,10 +403,51 @@ class CommitPipeline:
             )
             pending.append(Pending(participant, frame, entry))
             folded.add(frame.message_id)
+            if status_frame_due(core.state):
+                pending.append(self._master_pending(builders.status_frame(core.id, core.state)))
             if effect in _ENDINGS:
                 await self.flush(pending)  # its effect ends the session once it is delivered
                 return
         self._launch(pending)
+        core.runs.observe()
+
+    def _may_run(self, participant: Participant, frame: Frame | GenericFrame, raw: bytes) -> bool:
+        """One run at a time (runs.py): may this edge's user.message be judged now? If not,
+        it is held for the agent (a WebSocket edge, whose later messages wait behind it) or
+        refused ``busy`` (its wait is over, or an HTTP caller, which waits in its request)."""
+        runs = self.core.runs
+        if runs.steering():
+            return True
+        again = participant.releasing
+        if again is not None and again[0].message_id == frame.message_id:
+            if not runs.busy():
+                return True
+            if time.monotonic() < again[2]:
+                participant.held.appendleft(again)  # another message came first: wait on
+                return False
+        elif participant.held or runs.busy():
+            item = (frame, raw, time.monotonic() + RUN_WAIT_S)
+            if participant.held:
+                participant.held.append(item)  # behind its earlier ones (their releaser runs)
+                return False
+            if runs.hold(participant, item, self._commit_held):
+                return False
+        else:
+            return True  # the agent is free
+        participant.send_error(busy_error(), ref_message_id=frame.message_id)
+        return False
+
+    async def _commit_held(self, participant: Participant, item: Held) -> None:
+        """Judge a held message again, under the lock (runs.RunGate's releaser)."""
+        core = self.core
+        async with core.lock:
+            if core.terminated or participant.fenced:
+                return
+            participant.releasing = item
+            try:
+                await self.commit_now([(participant, item[0], item[1])])
+            finally:
+                participant.releasing = None
 
     def _fits(self, participant: Participant, frame: Frame | GenericFrame, stamped: int) -> bool:
         """Will the frame, as delivered (seq and sender added), fit the welcome's
@@ -618,21 +675,33 @@ class CommitPipeline:
         (also once the session has ended here: nothing more is written for it)."""
         if self.core.terminated:
             return False
-        sender = self.core.master_sender
         pending: list[Pending] = []
         for frame in frames:
-            bare = frame if frame.sender is None else msgspec.structs.replace(frame, sender=None)
-            fold(self.core.state, bare, "master")
-            head, tail = codec.stamp_parts(codec.encode(bare), bare, sender)
-            entry = NewEntry(
-                message_id=frame.message_id,
-                type=frame.type,
-                head=head,
-                tail=tail,
-                sender_id=sender.participant_id,
-                sender_role="master",
-                exclude=exclude,
-                edges_only=edges_only,
-            )
-            pending.append(Pending(None, bare, entry))
-        return await self.flush(pending)
+            pending.append(self._master_pending(frame, exclude=exclude, edges_only=edges_only))
+        state = self.core.state
+        if status_frame_due(state) and state.phase is not Phase.TERMINATED:
+            pending.append(self._master_pending(builders.status_frame(self.core.id, state)))
+        try:
+            return await self.flush(pending)
+        finally:
+            self.core.runs.observe()
+
+    def _master_pending(
+        self, frame: Frame, *, exclude: str | None = None, edges_only: bool = False
+    ) -> Pending:
+        """Fold a master-made frame and make its entry (the caller appends it)."""
+        sender = self.core.master_sender
+        bare = frame if frame.sender is None else msgspec.structs.replace(frame, sender=None)
+        fold(self.core.state, bare, "master")
+        head, tail = codec.stamp_parts(codec.encode(bare), bare, sender)
+        entry = NewEntry(
+            message_id=frame.message_id,
+            type=frame.type,
+            head=head,
+            tail=tail,
+            sender_id=sender.participant_id,
+            sender_role="master",
+            exclude=exclude,
+            edges_only=edges_only,
+        )
+        return Pending(None, bare, entry)

@@ -22,7 +22,7 @@ from protocol.frames import Presence, PresenceChange
 
 from ..store.base import Deadline, ParticipantRecord
 from . import builders
-from .core import Hooks, SessionCore
+from .core import NEVER_DUE_MS, Hooks, SessionCore
 from .pipeline import Decoded
 
 __all__ = ["Roster", "deadline_again", "logged_roster"]
@@ -55,7 +55,7 @@ def logged_roster(decoded: Sequence[Decoded]) -> dict[str, PresenceChange]:
 def deadline_again(armed: Deadline, record: ParticipantRecord, now_ms: int) -> Deadline:
     """``armed`` (a deadline made now) moved to when ``record``'s first was due: its window
     runs from its detach, not from the repair that arms it again."""
-    if record.detached_at_ms is None:
+    if record.detached_at_ms is None or armed.due_ms == NEVER_DUE_MS:
         return armed
     return msgspec.structs.replace(armed, due_ms=record.detached_at_ms + (armed.due_ms - now_ms))
 

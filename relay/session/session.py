@@ -132,6 +132,7 @@ class Session(SessionCore):
                 fold_entry(self.state, frame, role)
             except ProtocolError:
                 pass  # as a replay of the log does
+            self.runs.observe()  # a turn another node's client opened or ended
         self.committed(entry, None)
         owner = self.pipeline.claim(entry.message_id)
         await self.effects.apply(frame, role, owner=owner, sender_id=entry.sender_id)

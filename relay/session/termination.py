@@ -16,6 +16,7 @@ import msgspec
 import structlog
 
 from protocol import codec
+from protocol.endings import ending_notice
 from protocol.errors import StoreUnavailableError
 from protocol.finalize import make_final
 
@@ -45,7 +46,10 @@ class Termination:
         if core.terminated:
             return
         core.ending = True  # a store failure from here on is the ending's own to handle
-        frames = builders.ending(core.id, core.state, reason, deleted_by)
+        window_ms = core.deps.settings.reattach_window_ms
+        frames = builders.ending(
+            core.id, core.state, reason, deleted_by, window_ms=None if window_ms < 0 else window_ms
+        )
         make_final(core.state)
         # What was committed before the end is acknowledged before the §9 frames: nothing
         # may follow session.deleted on the wire.
@@ -60,7 +64,8 @@ class Termination:
                     q.outbox.put(data)
         self.end_here()
         try:
-            await self.close_participants(f"session deleted ({reason})")
+            kind, text = ending_notice(reason, deleted_by, window_ms)
+            await self.close_participants(f"session ended: {text}" if kind == "ended" else text)
             with contextlib.suppress(StoreUnavailableError):
                 # expiry and fatal errors archive, deletions purge (notes §16.1)
                 await end_session_in_store(core.store, core.id, reason, deleted_by)

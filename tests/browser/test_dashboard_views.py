@@ -330,7 +330,14 @@ async def test_no_frame_content_ever_executes(
 ) -> None:
     """Script and event-handler payloads in every user-controlled field: nothing executes."""
     master: Master = await make_master(reattach_window_s=60.0)
-    client = await agent(master, "s-xss", f"name {XSS}")
+    # steers: the other edge's user.message during the open turn is relayed at once (§17.3)
+    client = await Peer.open(
+        master.ws_url,
+        "s-xss",
+        token=API_KEY,
+        create={"name": f"name {XSS}"},
+        accepts_input_during_turn=True,
+    )
     turn = new_turn_id()
     await client.send("session.turn.start", {"turn_id": turn, "turn_index": 0})
     await client.send("agent.thinking.delta", {"block_id": "h", "delta": f"thinking {XSS}"})

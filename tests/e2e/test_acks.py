@@ -44,7 +44,10 @@ async def test_the_master_acks_what_it_committed_of_the_senders_frames(master: M
 async def test_only_the_sender_is_acked(master: Master) -> None:
     """An edge sees the client's frames, never an ack for them (acks go to their sender)."""
     sid = "s-ack-edge"
-    client = await Peer.open(master.ws_url, sid, token=API_KEY, create=True, acks=True)
+    # a client that steers: the edge's message during the turn is relayed at once (§17.3)
+    client = await Peer.open(
+        master.ws_url, sid, token=API_KEY, create=True, acks=True, accepts_input_during_turn=True
+    )
     edge = await Peer.open(master.ws_url, sid, role="edge", token=API_KEY, acks=True)
     turn = new_turn_id()
     start = await client.send("session.turn.start", {"turn_id": turn, "turn_index": 0})

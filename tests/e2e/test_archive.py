@@ -122,8 +122,9 @@ async def test_expired_session_is_readable_whole_then_purged_by_delete(master: M
     status, forked = await http(master, "POST", f"/v1/sessions/{sid}/fork")
     assert status == 201, forked
     assert forked["session"]["status"] == "idle"
-    # all but the session.deleted, then the copied client's presence closed: expired
-    assert forked["session"]["head_seq"] == len(logged) - 1 + 1
+    # all but the end (the session.status terminated and the session.deleted), then the
+    # copied client's presence closed: expired
+    assert forked["session"]["head_seq"] == len(logged) - 2 + 1
 
     status, _ = await http(master, "DELETE", f"/v1/session/{sid}")
     assert status == 200

@@ -31,7 +31,9 @@ async def test_client_and_two_edges_exchange_a_turn(master: Master) -> None:
             "session.usage",
         ]
         seqs = [f["seq"] for f in agent]
-        assert seqs == list(range(seqs[0], seqs[0] + 6))
+        # in order; the gaps are the master's session.status frames (notes §17.4)
+        statuses = {s["seq"] for s in edge.statuses}
+        assert set(range(seqs[0], seqs[-1] + 1)) - set(seqs) <= statuses
         assert all(f["sender"]["participant_id"] == client.participant_id for f in agent)
     await edge1.send("user.message", {"text": "thanks"})
     got = await client.recv_type("user.message")

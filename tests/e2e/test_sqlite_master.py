@@ -86,8 +86,10 @@ async def test_full_disk_refuses_with_store_unavailable_and_recovers(tmp_path: P
         await client.send_frame(refused)  # the refused frame again, the same message_id
         again = await client.send("agent.text.delta", {"block_id": "b", "delta": "fine"})
         got = await edge.recv_until(lambda f: f["message_id"] == again["message_id"])
-        assert [f["seq"] for f in got[-2:]] == [before["seq"] + 1, before["seq"] + 2]
-        logged = [e.message_id for e in await store.read("s-full")]
+        # the turn's session.status (running, notes §17.4) follows the turn start
+        assert [f["seq"] for f in got[-2:]] == [before["seq"] + 2, before["seq"] + 3]
+        entries = [e for e in await store.read("s-full") if e.type != "session.status"]
+        logged = [e.message_id for e in entries]
         assert logged[-3:] == [before["message_id"], refused["message_id"], again["message_id"]]
     finally:
         await master.stop()

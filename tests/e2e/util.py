@@ -57,9 +57,11 @@ async def http(
             return response.status, text
 
 
-async def logged(master: Master, session_id: str) -> list[dict[str, Any]]:
-    """The session log as the store holds it (decoded envelopes, seq order)."""
-    return [json.loads(e.data) for e in await master.store.read(session_id)]
+async def logged(master: Master, session_id: str, *, status: bool = False) -> list[dict[str, Any]]:
+    """The session log as the store holds it (decoded envelopes, seq order); the master's
+    session.status frames (notes §17.4) only when ``status``."""
+    frames = [json.loads(e.data) for e in await master.store.read(session_id)]
+    return [f for f in frames if status or f["type"] != "session.status"]
 
 
 async def detached(master: Master, session_id: str, peer: Peer) -> None:
@@ -76,9 +78,11 @@ async def nothing_pending(peer: Peer, via: Peer) -> None:
     """Prove ``peer`` has nothing queued: a sentinel from edge ``via``, sent now, comes next.
 
     Frames are committed in order, so anything the master meant for ``peer`` before this
-    point (an error, an echo) would arrive before the sentinel.
+    point (an error, an echo) would arrive before the sentinel. The sentinel is a
+    control.cancel naming no turn: a user.message would wait while a turn is open (notes
+    §17.3).
     """
-    sentinel = await via.send("user.message", {"text": "sentinel"})
+    sentinel = await via.send("control.cancel", {})
     got = await next_frame(peer)
     assert got["message_id"] == sentinel["message_id"], got
 

@@ -151,7 +151,11 @@ async def test_http_agent_runs_verify_and_assemble_the_transcript(
     types = [e["type"] for e in first["events"]]
     assert types[0] == "RUN_STARTED"
     assert types[-1] == "RUN_FINISHED"
-    assert types.index("CUSTOM") == len(types) - 2  # the turn's usage, before the run's end
+    # CUSTOM session.status (running) right after the start (notes §17.4); the turn's usage
+    # just before the run's end
+    customs = [e.get("name") for e in first["events"] if e["type"] == "CUSTOM"]
+    assert customs == ["session.status", "session.usage"]
+    assert types[-2] == "CUSTOM"
     assert "TEXT_MESSAGE_START" in types
     assert "REASONING_MESSAGE_CONTENT" in types
     assert first["events"][-1]["usage"] == [
@@ -532,7 +536,8 @@ async def test_archived_by_fatal_error_replays_and_ends_and_post_is_409(
     status, body = await asyncio.wait_for(_sse(url, API_KEY, **{"Last-Event-ID": last_id}), 20)
     assert status == 200
     assert _ids_and_types(body) == everything[first + 1 :]
-    assert json.loads(body.rsplit("data: ", 1)[1])["code"] == "error"  # the §9 turn.end error
+    # the §9 turn.end error, with the master's code for it
+    assert json.loads(body.rsplit("data: ", 1)[1])["code"] == "session_ended"
     status, problem = await _post_run(url, API_KEY, "u-3", "again")
     assert (status, problem["code"]) == (409, "archived")
     log = [json.loads(e.data) for e in await master.store.read("agui-e8")]

@@ -184,6 +184,10 @@ def cancel(turn_id: str | None = None, **kw: Any) -> F.Frame:
     return build(F.Cancel, F.CancelPayload(turn_id=turn_id), **kw)
 
 
+def status(name: str = "running", **kw: Any) -> F.Frame:
+    return build(F.SessionStatus, F.StatusPayload(status=name), **kw)  # type: ignore[arg-type]
+
+
 def hello(role: str = "client", **kw: Any) -> F.Frame:
     payload = F.HelloPayload(protocol_version="1.0.2", role=role, token="t")  # type: ignore[arg-type]
     return build(F.Hello, payload, **kw)
@@ -484,6 +488,8 @@ def frames_of_type(draw: st.DrawFn, tag: str, state: SessionState) -> F.Frame:
         frame = user_message(**kw)
     elif tag == "control.cancel":
         frame = cancel(state.turn_id, **kw)
+    elif tag == "session.status":
+        frame = status(draw(st.sampled_from(["idle", "running", "requires_action"])), **kw)
     else:  # pragma: no cover - a new frame type needs a branch here
         raise AssertionError(f"no strategy for {tag}")
     return roundtrip(frame)
@@ -524,5 +530,6 @@ def sample(tag: str) -> F.Frame:
         "agent.interaction.cancel": lambda: interaction_cancel("i"),
         "user.message": user_message,
         "control.cancel": cancel,
+        "session.status": status,
     }
     return roundtrip(makers[tag]())

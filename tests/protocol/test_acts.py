@@ -46,6 +46,7 @@ EXPECTED: dict[tuple[str, str], tuple[bool, bool, bool, bool]] = {
     ("cancel_turn", "edge"): (True, True, True, True),
     ("issue_tokens", "edge"): (True, False, False, False),
     ("fork", "edge"): (True, False, False, False),
+    ("continue_session", "edge"): (True, False, False, False),
     ("export", "edge"): (True, True, True, True),
 }
 

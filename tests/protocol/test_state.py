@@ -107,6 +107,7 @@ SENDERS: dict[str, set[str]] = {
     "control.interaction.response": {"edge"},
     "user.message": {"edge"},
     "control.cancel": {"edge"},
+    "session.status": {"master"},  # notes §17.4
 }
 UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$", re.I)
 
@@ -123,6 +124,8 @@ def rule_codes(state: SessionState, frame: F.Frame, role: SenderRole) -> set[str
         ):
             codes.add("turn_state")
     elif tag == "session.turn.end":
+        if p.error is not None and p.stop_reason != "error":
+            codes.add("invalid_frame")
         if state.phase is not Phase.TURN_OPEN or p.turn_id != state.turn_id:
             codes.add("turn_state")
         if p.stop_reason == "disconnected" and not frame.synthetic:
@@ -175,7 +178,9 @@ def oracle(state: SessionState, frame: F.Frame, role: SenderRole) -> set[str]:
     codes = {"invalid_frame"} if frame.synthetic and role != "master" else set()
     if state.phase is Phase.TERMINATED:
         # Only the master's own notices about the deleted session are still folded.
-        if not (role == "master" and tag in ("session.presence", "session.error")):
+        if not (
+            role == "master" and tag in ("session.presence", "session.error", "session.status")
+        ):
             codes.add("not_allowed")
         return codes
     if tag == "session.history":
@@ -659,7 +664,7 @@ def test_terminated_refuses_everything(tag: str, role: SenderRole) -> None:
     frame = S.sample(tag)
     if tag == "session.renamed":
         frame = S.renamed("n", role)
-    if role == "master" and tag in ("session.presence", "session.error"):
+    if role == "master" and tag in ("session.presence", "session.error", "session.status"):
         before = copy.deepcopy(state)
         assert fold(state, frame, role) == []
         assert state == before

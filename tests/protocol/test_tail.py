@@ -168,3 +168,22 @@ def test_an_unreachable_master_is_tails_own_status_not_a_log_line() -> None:
     assert done.stdout.startswith("… the master is not reachable yet (")
     assert done.stdout.count("\n") == 1
     assert done.stderr == f"rawp tail: ws://127.0.0.1:{port}/v1/ws not reached within 1 s\n"
+
+
+def test_an_expiry_reads_ended_with_its_window_never_deleted() -> None:
+    """A session ended by its reattach window prints "ended: the agent did not come back
+    within 7 days"; the word deleted does not appear."""
+    expiry = F.Deleted(
+        payload=F.DeletedPayload(
+            session_id=S.SESSION_ID,
+            reason="timeout",
+            deleted_by="system",
+            reattach_window_ms=7 * 86_400_000,
+        ),
+        message_id="m-end",
+        session_id=S.SESSION_ID,
+        timestamp=S.deleted().timestamp,
+    )
+    text = printed([expiry])
+    assert "ended: the agent did not come back within 7 days" in text
+    assert "deleted" not in text

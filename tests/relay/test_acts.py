@@ -138,7 +138,10 @@ async def test_act_over_websocket(
 ) -> None:
     """The WebSocket path does, or refuses not_allowed, exactly what the act table says."""
     store = master.store
-    owner = await Peer.open(master.ws_url, SID, token=API_KEY, create=True)
+    # steers: an edge's user input during its open turn is relayed at once (notes §17.3)
+    owner = await Peer.open(
+        master.ws_url, SID, token=API_KEY, create=True, accepts_input_during_turn=True
+    )
     secret = await _secret(master, credential)
     if role == "client":
         await owner.close()
@@ -171,7 +174,10 @@ async def test_act_over_websocket(
 @pytest.mark.parametrize(("act", "credential"), _http_cells())
 async def test_act_over_http(master: Master, act: str, credential: Credential) -> None:
     """Every HTTP route that does an act answers as the act table says (403 not_allowed)."""
-    client = await Peer.open(master.ws_url, SID, token=API_KEY, create=True)
+    # steers: user input during its open turn is taken at once (notes §17.3)
+    client = await Peer.open(
+        master.ws_url, SID, token=API_KEY, create=True, accepts_input_during_turn=True
+    )
     turn, ask = await _open_turn_with_question(master, client)
     secret = await _secret(master, credential)
     base = f"{master.http_url}/v1/sessions/{SID}"

@@ -35,7 +35,7 @@ class MasterProcess:
         api_key: str,
         log_dir: Path,
         cluster: bool = False,
-        reattach_window: float = 5.0,
+        reattach_window: float | str | None = 5.0,
         heartbeat: float = 0.2,
         dead_after: float = 1.0,
     ) -> None:
@@ -54,8 +54,6 @@ class MasterProcess:
             store_url,
             "--api-key",
             f"default:{api_key}",
-            "--reattach-window",
-            str(reattach_window),
             "--node-id",
             node_id,
             "--node-heartbeat",
@@ -65,6 +63,8 @@ class MasterProcess:
             "--log-format",
             "json",
         ]
+        if reattach_window is not None:  # None: the store's default
+            self.argv += ["--reattach-window", str(reattach_window)]
         if cluster:
             self.argv.append("--redis-cluster")
         self.ws_url = ""

@@ -55,6 +55,10 @@ class Peer:
         # reading "the next frame" sees session frames only.
         self.show_acks = acks
         self.acks: list[dict[str, Any]] = []
+        # The master's session.status frames (notes §17.4) are kept aside the same way, unless
+        # asked for: most tests follow the frames their peers send.
+        self.show_status = False
+        self.statuses: list[dict[str, Any]] = []
         self.welcome: dict[str, Any] = {}
         self.received: list[dict[str, Any]] = []
         self.raw: list[str] = []  # the exact text of every received message, in order
@@ -74,6 +78,7 @@ class Peer:
         presence: bool | None = None,
         expect_welcome: bool = True,
         acks: bool = False,
+        accepts_input_during_turn: bool | None = None,
         **connect_args: Any,
     ) -> Peer:
         """Connect, send hello and (by default) wait for the welcome."""
@@ -90,6 +95,8 @@ class Peer:
             payload["buffer"] = buffer
         if presence is not None:
             payload["presence"] = presence
+        if accepts_input_during_turn is not None:
+            payload["accepts_input_during_turn"] = accepts_input_during_turn
         await peer.send_frame(envelope(session_id, "connection.hello", payload))
         if expect_welcome:
             peer.welcome = await peer.recv()
@@ -116,7 +123,11 @@ class Peer:
             while True:
                 message = await self.ws.recv()
                 frame: dict[str, Any] = json.loads(message)
-                if self.show_acks or frame.get("type") != "connection.ack":
+                kind = frame.get("type")
+                if kind == "session.status" and not self.show_status:
+                    self.statuses.append(frame)
+                    continue
+                if self.show_acks or kind != "connection.ack":
                     break
                 self.acks.append(frame)
         self.received.append(frame)
@@ -153,7 +164,10 @@ class Peer:
             try:
                 while True:
                     frame = json.loads(await self.ws.recv())
-                    if self.show_acks or frame.get("type") != "connection.ack":
+                    kind = frame.get("type")
+                    if kind == "session.status" and not self.show_status:
+                        self.statuses.append(frame)
+                    elif self.show_acks or kind != "connection.ack":
                         self.received.append(frame)
                     else:
                         self.acks.append(frame)

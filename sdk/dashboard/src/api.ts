@@ -31,6 +31,8 @@ export interface SessionInfo {
   ended_at?: string | null;
   reason?: string | null;
   deleted_by?: string | null;
+  stop_reason?: string | null;
+  last_error?: { code: string; message: string } | null;
   usage?: { input_tokens: number; output_tokens: number; cost_used: number; cost_unit: string };
 }
 export interface WhoAmI {
@@ -73,6 +75,10 @@ export class Api {
   }
   rename(id: string, name: string): Promise<unknown> {
     return this.request("PATCH", `/v1/sessions/${encodeURIComponent(id)}`, { name });
+  }
+  /** A new live session carrying an ended one on (notes §17.2). */
+  continueSession(id: string): Promise<{ session: SessionInfo; created: boolean }> {
+    return this.request("POST", `/v1/sessions/${encodeURIComponent(id)}/continue`, {});
   }
   remove(id: string): Promise<unknown> {
     return this.request("DELETE", `/v1/session/${encodeURIComponent(id)}`);

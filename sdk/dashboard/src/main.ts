@@ -2,6 +2,7 @@
 // session as a timeline (a @rawp/client edge: its SessionView holds every protocol rule) and
 // the raw events behind it. Archived sessions open read-only from their HTTP log.
 import {
+  FrameRefused,
   HandshakeRefused,
   RawpClient,
   SessionView,
@@ -47,6 +48,8 @@ class Current implements FrameIndex {
   lastSeq = 0;
   clientErrors: string[] = [];
   closed = false;
+  /** Why the last run failed (its session.turn.end error, notes §17.4); null once one ends well. */
+  lastError: { code: string; message: string } | null = null;
   /** Frames this page sent (shown in the inspector, marked). */
   readonly sent = new WeakSet<Frame>();
 
@@ -70,6 +73,11 @@ class Current implements FrameIndex {
     } else if (frame.type === "session.turn.end" && typeof p.turn_id === "string") {
       this.turnEnds.set(p.turn_id, frame);
       this.closers.set(`turn:${p.turn_id}`, frame);
+      const error = p.error as { code?: unknown; message?: unknown } | undefined;
+      this.lastError =
+        p.stop_reason === "error"
+          ? { code: String(error?.code ?? "error"), message: String(error?.message ?? "the run failed") }
+          : null;
     } else if (frame.type === "tool.invoke.result" && typeof p.call_id === "string") {
       this.toolResults.set(p.call_id, frame);
       this.closers.set(`call:${p.call_id}`, frame);
@@ -444,6 +452,7 @@ async function openSession(id: string): Promise<void> {
     return;
   }
   c.readOnly = c.header.status === "terminated";
+  c.lastError = c.header.last_error ?? null;
   // Live: the edge's own view is filled from the HTTP log, then the WebSocket resumes after it.
   if (!c.readOnly) {
     c.client = new RawpClient({
@@ -551,6 +560,11 @@ function render(): void {
   const ended = endedText(c);
   $("ended").hidden = ended === null;
   $("ended").textContent = ended ?? "";
+  // An ended session (expiry or a fatal error, archived) can be carried on (notes §17.2).
+  $("continue-button").hidden = !(c.readOnly || (status === "terminated" && c.header?.ended_at));
+  const failed = c.lastError;
+  $("run-failed").hidden = failed === null;
+  $("run-failed").textContent = failed ? `The last run failed (${failed.code}): ${failed.message}` : "";
   $("client-errors").hidden = c.clientErrors.length === 0;
   $("client-errors").textContent = c.clientErrors.length ? `Frames the page could not read: ${c.clientErrors.slice(-3).join(" · ")}` : "";
   app.timeline?.render();
@@ -570,17 +584,20 @@ function usageBlocks(blocks: readonly Block[]): UsageBlock[] {
 }
 
 function endedText(c: Current): string | null {
-  const deleted = [...c.view.blocks].reverse().find((b) => b.kind === "notice" && b.notice === "deleted");
-  const how = deleted && deleted.kind === "notice" ? deleted.text.replace(/^session /, "") : null;
+  const last = [...c.view.blocks].reverse().find((b) => b.kind === "notice" && (b.notice === "deleted" || b.notice === "ended"));
+  const notice = last && last.kind === "notice" ? last : null;
+  // An expiry or a fatal error ended the session (kept, continuable); a deletion deleted it.
+  const how = notice === null ? null : notice.notice === "ended" ? `ended: ${notice.text}` : notice.text.replace(/^session /, "");
   if (c.readOnly) {
     const h = c.header;
     const bits = ["Archived session: read-only."];
     if (h?.ended_at) bits.push(`Ended ${h.ended_at}`);
-    if (how) bits.push(how.replace(/^deleted /, ""));
+    if (how) bits.push(notice?.notice === "ended" ? `— ${how}.` : how.replace(/^deleted /, ""));
     else if (h?.reason) bits.push(`(${h.reason}${h.deleted_by ? `, by ${h.deleted_by}` : ""})`);
+    bits.push("Continue carries the conversation on in a new session.");
     return bits.join(" ");
   }
-  if (how) return `This session was ${how}.`;
+  if (how) return notice?.notice === "ended" ? `This session ${how}.` : `This session was ${how}.`;
   if (c.ended && c.client === null) return c.ended;
   return null;
 }
@@ -679,9 +696,35 @@ $("composer").addEventListener("submit", (event) => {
     fail("not connected: the message was not sent");
     return;
   }
-  track(client.userMessage(text));
-  input.value = "";
+  // The text stays in the box until the master took it: a message that finds the agent
+  // running waits up to 3 s and may be refused busy (notes §17.3); nothing typed is lost.
+  fail("");
+  const sending = client.userMessage(text);
+  track(sending);
+  sending.then(
+    () => {
+      if (input.value.trim() === text) input.value = "";
+    },
+    (e: unknown) => {
+      if (e instanceof FrameRefused && e.errorCode === "busy") {
+        fail("The agent is busy: your message was not sent (it is still in the box). Send it again when the run ends.");
+      }
+    },
+  );
   scheduleRender();
+});
+
+$("continue-button").addEventListener("click", () => {
+  const c = app.current;
+  if (!c || !app.api) return;
+  fail("");
+  app.api.continueSession(c.id).then(
+    (made) => {
+      void refreshList();
+      location.hash = `#/s/${encodeURIComponent(made.session.session_id)}`; // hashchange opens it
+    },
+    (e: Error) => fail(`continue failed: ${e.message}`),
+  );
 });
 
 $("message-input").addEventListener("keydown", (event) => {

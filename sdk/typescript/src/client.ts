@@ -267,6 +267,12 @@ export interface ClientOptions {
    * roster, docs/protocol.md §5 item 12); `view.presence` then says so. Default true.
    */
   presence?: boolean;
+  /**
+   * A client (agent) that steers: it takes user.message during its turn, so the master relays
+   * them at once. Otherwise a message that finds the agent running waits up to 3 s and is then
+   * refused `busy` (the edge's send rejects with FrameRefused, code "busy"; notes §17.3).
+   */
+  acceptsInputDuringTurn?: boolean;
   backoff?: BackoffOptions | Backoff;
   /** The WebSocket constructor (default: globalThis.WebSocket; in Node 20 pass `ws`). */
   WebSocket?: WebSocketConstructor;
@@ -697,6 +703,7 @@ export class RawpClient implements AsyncIterable<Delivery> {
     if (this.participantId !== null) payload.participant_id = this.participantId;
     if (resume !== null) payload.resume = resume;
     if (this.create !== null) payload.create = this.create;
+    if (this.opts.acceptsInputDuringTurn && this.role === "client") payload.accepts_input_during_turn = true;
     conn.ws.send(encode({ type: "connection.hello", ...this.envelope(), payload }));
     return resume !== null;
   }

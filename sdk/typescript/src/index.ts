@@ -24,6 +24,9 @@ export type {
   WebSocketConstructor,
   WebSocketLike,
 } from "./client.js";
+export { endingNotice, humanizeMs, windowText } from "./endings.js";
+export { continueSession } from "./continue.js";
+export type { ContinuedSession, ContinueOptions } from "./continue.js";
 export { memoryStore, webStore, sessionStore, localStore } from "./persistence.js";
 export type { StateStore, WebStorageLike } from "./persistence.js";
 export { SessionView, LOCAL_SENDER, dataIncomplete } from "./view.js";

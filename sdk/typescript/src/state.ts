@@ -8,7 +8,7 @@ import type { Frame, KnownFrame, SenderRole } from "./frames.js";
 import { SENDER_FRAME_TYPES } from "./generated/directions.js";
 
 export type Phase = "idle" | "turn_open" | "usage_due" | "terminated";
-export type Status = "idle" | "running" | "requires_action" | "terminated";
+export type Status = "idle" | "running" | "requires_action" | "rescheduling" | "terminated";
 
 export class SessionState {
   phase: Phase = "idle";
@@ -30,6 +30,13 @@ export class SessionState {
   costUsed = 0;
   costUnit = "";
   compactions = 0;
+  /** How the last run ended and, when it failed, why (notes §17.4). */
+  stopReason: string | null = null;
+  lastError: { code: string; message: string } | null = null;
+  /** The status the log last stated in a session.status (null: none yet). */
+  loggedStatus: string | null = null;
+  /** A user.message reached the session with no turn open, and no turn started since. */
+  runRequested = false;
   /** §7.8.3: the state just before the first synthetic frame, and the real frames since. */
   beforeFinalization: SessionState | null = null;
   sinceFinalization: Array<[Frame, SenderRole]> = [];
@@ -62,6 +69,10 @@ export class SessionState {
     c.costUsed = this.costUsed;
     c.costUnit = this.costUnit;
     c.compactions = this.compactions;
+    c.stopReason = this.stopReason;
+    c.lastError = this.lastError === null ? null : { ...this.lastError };
+    c.loggedStatus = this.loggedStatus;
+    c.runRequested = this.runRequested;
     c.beforeFinalization = this.beforeFinalization === null ? null : this.beforeFinalization.clone();
     c.sinceFinalization = [...this.sinceFinalization];
     c.finalizedLocally = this.finalizedLocally;
@@ -143,12 +154,16 @@ const turnStartApply: Fn = (state, frame) => {
   state.turnId = p.turn_id;
   state.lastTurnIndex = p.turn_index;
   state.turnIds.add(p.turn_id);
+  state.runRequested = false;
 };
 const refuseTurnStart: Fn = (state) => {
   throw err("turn_state", `turn ${state.turnId} is still open; end it with session.turn.end before starting another`);
 };
 const turnEndCheck: Fn = (state, frame) => {
   const p = payload(frame);
+  if (p.error != null && p.stop_reason !== "error") {
+    throw err("invalid_frame", `error is only for stop_reason 'error', not '${p.stop_reason}'`);
+  }
   if (p.turn_id !== state.turnId) throw err("turn_state", `turn_id ${p.turn_id} is not the open turn (${state.turnId})`);
   if (p.stop_reason === "disconnected" && !isSynthetic(frame)) {
     throw err("turn_state", "stop_reason 'disconnected' is reserved for synthetic frames (§7.8.1)");
@@ -157,13 +172,22 @@ const turnEndCheck: Fn = (state, frame) => {
     throw err("tool_pairing", `turn cannot end while tool calls are unresolved: ${sorted(state.openCalls.keys()).join(", ")}`);
   }
 };
-const turnEndApply: Fn = (state) => {
+const turnEndApply: Fn = (state, frame) => {
   for (const b of state.openText) state.closedBlocks.add(b);
   for (const b of state.openThinking) state.closedBlocks.add(b);
   state.openText.clear();
   state.openThinking.clear();
   state.turnId = null;
   state.turnsCompleted += 1;
+  const p = payload(frame);
+  state.stopReason = p.stop_reason;
+  state.lastError = p.error == null ? null : { code: p.error.code, message: p.error.message };
+};
+const userMessageApply: Fn = (state) => {
+  if (state.phase !== "turn_open") state.runRequested = true;
+};
+const statusApply: Fn = (state, frame) => {
+  state.loggedStatus = payload(frame).status;
 };
 const refuseTurnEnd: Fn = () => {
   throw err("turn_state", "no turn is open; session.turn.end must close an open turn");
@@ -303,8 +327,9 @@ const ANYTIME: Record<string, Rule> = {
   "agent.interaction.request": rule(askCheck, askApply),
   "control.interaction.response": rule(answerCheck, answerApply),
   "agent.interaction.cancel": rule(answerCheck, withdrawApply),
-  "user.message": rule(nothing, nothing),
+  "user.message": rule(nothing, userMessageApply),
   "control.cancel": rule(nothing, nothing),
+  "session.status": rule(nothing, statusApply),
 };
 const TURN_START = rule(turnStartCheck, turnStartApply, "turn_open");
 const TURN_END: Rule = { ...rule(turnEndCheck, turnEndApply, "usage_due"), kind: "turn_end" };
@@ -328,6 +353,7 @@ TABLE.set(key("usage_due", "session.turn.end"), rule(refuseTurnEnd, nothing));
 for (const tag of SESSION_FRAME_TYPES) if (tag !== "session.history") TABLE.set(key("terminated", tag), REFUSED);
 TABLE.set(key("terminated", "session.presence"), rule(masterNoticeOnly, nothing));
 TABLE.set(key("terminated", "session.error"), rule(masterNoticeOnly, nothing));
+TABLE.set(key("terminated", "session.status"), rule(masterNoticeOnly, nothing));
 
 /**
  * Check `frame` from `role` without changing `state`: throws the ProtocolError that refuses

@@ -10,6 +10,7 @@ import type { Frame, KnownFrame, SenderRole } from "./frames.js";
 import { finalize, planHistory, unfinalizes } from "./finalize.js";
 import type { BufferStatus, History, PreservedElements, Sender, SessionInfo } from "./generated/frames.js";
 import { SessionState, type Status, fold as foldState, snapshot, status as statusOf } from "./state.js";
+import { endingNotice } from "./endings.js";
 
 /** The sender stamped on frames this view synthesizes itself (§7.8.1, never sent). */
 export const LOCAL_SENDER: Sender = { role: "master", participant_id: "local" };
@@ -97,7 +98,7 @@ export interface CompactionBlock extends BlockBase {
 }
 export interface NoticeBlock extends BlockBase {
   kind: "notice";
-  notice: "renamed" | "deleted" | "error" | "history" | "cancel";
+  notice: "renamed" | "deleted" | "ended" | "error" | "history" | "cancel";
   text: string;
   error_code: string | null;
   truncated: boolean;
@@ -384,7 +385,8 @@ class Renderer {
     if (frame.type === "session.renamed") {
       block = make("renamed", `renamed to ${pyRepr(p.name)} by ${p.renamed_by}`);
     } else if (frame.type === "session.deleted") {
-      block = make("deleted", `session deleted (${p.reason}, by ${p.deleted_by})`);
+      const [kind, text] = endingNotice(p.reason, p.deleted_by, nul(p.reattach_window_ms));
+      block = make(kind, text);
     } else if (frame.type === "session.error") {
       block = make("error", p.message, {
         error_code: p.error_code, lost_frame_count: nul(p.lost_frame_count), reported_by: role,

@@ -28,12 +28,12 @@ async def test_events_are_paged_newest_first(api: Api, master: Master) -> None:
         assert reply.status == 200
         page = reply.body
         assert page["order"] == "desc"
-        assert page["head_seq"] == 12
+        assert page["head_seq"] == 13  # with the turn's session.status (running)
         seqs += [e["seq"] for e in page["events"]]
         if page["next"] is None:
             break
         path = f"/v1/sessions/s-ev/events?limit=5&before_seq={page['next']['before_seq']}"
-    assert seqs == list(range(12, 0, -1))
+    assert seqs == list(range(13, 0, -1))
     newest = (await api.get("/v1/sessions/s-ev/events?limit=1")).body["events"][0]
     assert newest["type"] == "agent.text.delta"
     assert newest["sender"]["role"] == "client"

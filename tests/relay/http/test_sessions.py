@@ -247,13 +247,13 @@ async def test_fork_inside_a_turn_is_finalized(api: Api, master: Master) -> None
     await client.send("session.turn.start", {"turn_id": turn, "turn_index": 0})
     await client.send("agent.text.delta", {"block_id": "b", "delta": "par"})
     await client.send("tool.invoke.request", {"call_id": "c", "tool_name": "t", "input": {}})
-    await wait_head(api, "s-mid", 4)
+    await wait_head(api, "s-mid", 5)  # with the turn's session.status (running)
     reply = await api.post("/v1/sessions/s-mid/fork", {"session_id": "s-mid-fork"})
     assert reply.status == 201
-    assert reply.body["session"]["seed_length"] == 4
+    assert reply.body["session"]["seed_length"] == 5
     assert reply.body["session"]["status"] == "idle"
-    events = (await api.get("/v1/sessions/s-mid-fork/events?order=asc&after_seq=4")).body
-    gone, *synthetic = events["events"]
+    events = (await api.get("/v1/sessions/s-mid-fork/events?order=asc&after_seq=5")).body
+    gone, *synthetic = [e for e in events["events"] if e["type"] != "session.status"]
     assert (gone["type"], gone["payload"]["state"]) == ("session.presence", "expired")
     types = [e["type"] for e in synthetic]
     assert types == ["agent.text.done", "tool.invoke.result", "session.turn.end"]
@@ -267,12 +267,12 @@ async def test_export_json_and_markdown(api: Api, master: Master) -> None:
     """export?format=json has every envelope; format=md is a readable transcript."""
     client = await Peer.open(master.ws_url, "s-exp", token=API_KEY, create={"name": "Export me"})
     await run_turn(client, 0, "The answer is 42.")
-    await wait_head(api, "s-exp", 8)
+    await wait_head(api, "s-exp", 10)  # with the turn's two session.status frames
     as_json = await api.get("/v1/sessions/s-exp/export?format=json")
     assert as_json.status == 200
     assert 'filename="s-exp.json"' in as_json.headers["Content-Disposition"]
     assert as_json.body["session"]["session_id"] == "s-exp"
-    assert [e["seq"] for e in as_json.body["events"]] == list(range(1, 9))
+    assert [e["seq"] for e in as_json.body["events"]] == list(range(1, 11))
     as_md = await api.get("/v1/sessions/s-exp/export?format=md")
     assert as_md.status == 200
     assert as_md.headers["Content-Type"].startswith("text/markdown")

@@ -95,7 +95,7 @@ async def streamed_session(api: Api, master: Master, session_id: str, deltas: in
     await client.send("session.turn.start", {"turn_id": new_turn_id(), "turn_index": 0})
     for i in range(deltas):
         await client.send("agent.text.delta", {"block_id": "b", "delta": f"{i} "})
-    await wait_head(api, session_id, 2 + deltas)
+    await wait_head(api, session_id, 3 + deltas)  # the turn's session.status (running) too
     return client
 
 
@@ -128,13 +128,13 @@ async def test_after_seq_query_and_default_tail(api: Api, master: Master) -> Non
     """?after_seq=0 replays from seq 1; with no cursor the stream tails from the head."""
     client = await streamed_session(api, master, "s-tail", 2)
     replay = await RawStream.open(master, "/v1/sessions/s-tail/events/stream?after_seq=0", auth())
-    got = [await replay.next_event() for _ in range(4)]
-    assert [int(e["id"]) for e in got if e] == [1, 2, 3, 4]
+    got = [await replay.next_event() for _ in range(5)]
+    assert [int(e["id"]) for e in got if e] == [1, 2, 3, 4, 5]
     tail = await RawStream.open(master, "/v1/sessions/s-tail/events/stream", auth())
     await client.send("agent.text.delta", {"block_id": "b", "delta": "new"})
     fresh = await tail.next_event()
     assert fresh is not None
-    assert int(fresh["id"]) == 5
+    assert int(fresh["id"]) == 6
     for stream in (replay, tail):
         await stream.close()
     await client.close()
@@ -168,6 +168,9 @@ async def test_stream_ends_after_session_deleted(api: Api, master: Master) -> No
     await api.create("s-end")
     stream = await RawStream.open(master, "/v1/sessions/s-end/events/stream", auth())
     assert (await api.delete("/v1/session/s-end")).status == 200
+    event = await stream.next_event()
+    assert event is not None
+    assert event["event"] == "session.status"  # terminated, just before the end (§17.4)
     event = await stream.next_event()
     assert event is not None
     assert event["event"] == "session.deleted"

@@ -49,5 +49,6 @@ export const SENDER_FRAME_TYPES = {
     "agent.thinking.done",
     "tool.invoke.result",
     "agent.state",
+    "session.status",
   ],
 } as const;

@@ -30,6 +30,7 @@ export type AnyFrameSchema =
   | InteractionResponse
   | UserMessage
   | Cancel
+  | SessionStatus
   | IgnorableFrame;
 /**
  * An envelope of a type this version does not know. Accepted and relayed untouched only when metadata.ignorable is true; otherwise refused as unknown_type.
@@ -74,6 +75,7 @@ export interface Metadata {
  * keeps the participant's previous choice, else true (docs/protocol.md §5 item 12).
  */
 export interface HelloPayload {
+  accepts_input_during_turn?: boolean | null;
   buffer?: BufferRequest | null;
   create?: CreateSpec | null;
   participant_id?: string | null;
@@ -162,6 +164,9 @@ export interface WelcomePayload {
    */
   participant_id: string;
   presence?: boolean;
+  /**
+   * How long a detached participant may come back; -1: never.
+   */
   reattach_window_ms: number;
   received?: Received | null;
   resumed: boolean;
@@ -201,7 +206,7 @@ export interface SessionInfo {
    * An opaque identifier.
    */
   session_id: string;
-  status: "idle" | "requires_action" | "running" | "terminated";
+  status: "idle" | "requires_action" | "rescheduling" | "running" | "terminated";
   [k: string]: unknown | undefined;
 }
 /**
@@ -400,9 +405,11 @@ export interface TurnEnd {
   [k: string]: unknown | undefined;
 }
 /**
- * §7.5.2 session.turn.end; ``disconnected`` only ever appears on synthetic frames.
+ * §7.5.2 session.turn.end; ``disconnected`` only ever appears on synthetic frames;
+ * ``error`` only with ``stop_reason: error``.
  */
 export interface TurnEndPayload {
+  error?: TurnError | null;
   stop_reason:
     | "awaiting_input"
     | "cancelled"
@@ -413,6 +420,14 @@ export interface TurnEndPayload {
     | "tool_use";
   tool_invocation_count?: number | null;
   turn_id: string;
+  [k: string]: unknown | undefined;
+}
+/**
+ * Why a run failed (notes §17.4): a short machine code and a sentence for people.
+ */
+export interface TurnError {
+  code: string;
+  message: string;
   [k: string]: unknown | undefined;
 }
 /**
@@ -604,6 +619,7 @@ export interface Deleted {
 export interface DeletedPayload {
   deleted_by: "client" | "edge" | "master" | "system";
   reason: "error" | "master_request" | "timeout" | "user_request";
+  reattach_window_ms?: number | null;
   /**
    * An opaque identifier.
    */
@@ -1043,6 +1059,48 @@ export interface Cancel {
  */
 export interface CancelPayload {
   turn_id?: string | null;
+  [k: string]: unknown | undefined;
+}
+/**
+ * The derived status changed (M; notes §17.4).
+ */
+export interface SessionStatus {
+  /**
+   * An opaque identifier.
+   */
+  message_id: string;
+  metadata?: Metadata | null;
+  payload: StatusPayload;
+  sender?: Sender | null;
+  seq?: number | null;
+  /**
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
+   */
+  session_id: string;
+  /**
+   * RFC 3339 date-time with offset.
+   */
+  timestamp: string;
+  type: "session.status";
+  [k: string]: unknown | undefined;
+}
+/**
+ * The session's derived status changed (notes §17.4); ``stop_reason`` is how the last
+ * run ended (absent while one runs).
+ */
+export interface StatusPayload {
+  status: "idle" | "requires_action" | "rescheduling" | "running" | "terminated";
+  stop_reason?:
+    | (
+        | "awaiting_input"
+        | "cancelled"
+        | "disconnected"
+        | "end_turn"
+        | "error"
+        | "max_tokens"
+        | "tool_use"
+      )
+    | null;
   [k: string]: unknown | undefined;
 }
 /**

@@ -718,6 +718,18 @@ export const ANY_FRAME_SCHEMA: unknown = {
             "user_request"
           ]
         },
+        "reattach_window_ms": {
+          "anyOf": [
+            {
+              "minimum": 0,
+              "type": "integer"
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
+        },
         "session_id": {
           "description": "An opaque identifier.",
           "maxLength": 256,
@@ -886,6 +898,17 @@ export const ANY_FRAME_SCHEMA: unknown = {
     "HelloPayload": {
       "description": "First frame of every connection.\n\n``presence``: false asks for no ``session.presence`` frames, live or in the backlog; None\nkeeps the participant's previous choice, else true (docs/protocol.md §5 item 12).",
       "properties": {
+        "accepts_input_during_turn": {
+          "anyOf": [
+            {
+              "type": "boolean"
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
+        },
         "buffer": {
           "anyOf": [
             {
@@ -1114,6 +1137,7 @@ export const ANY_FRAME_SCHEMA: unknown = {
               "session.history",
               "session.presence",
               "session.renamed",
+              "session.status",
               "session.turn.end",
               "session.turn.start",
               "session.usage",
@@ -2036,6 +2060,7 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "enum": [
             "idle",
             "requires_action",
+            "rescheduling",
             "running",
             "terminated"
           ]
@@ -2050,6 +2075,120 @@ export const ANY_FRAME_SCHEMA: unknown = {
         "created_at"
       ],
       "title": "SessionInfo",
+      "type": "object"
+    },
+    "SessionStatus": {
+      "description": "The derived status changed (M; notes §17.4).",
+      "properties": {
+        "message_id": {
+          "description": "An opaque identifier.",
+          "maxLength": 256,
+          "minLength": 1,
+          "type": "string"
+        },
+        "metadata": {
+          "anyOf": [
+            {
+              "$ref": "#/$defs/Metadata"
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
+        },
+        "payload": {
+          "$ref": "#/$defs/StatusPayload"
+        },
+        "sender": {
+          "anyOf": [
+            {
+              "$ref": "#/$defs/Sender"
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
+        },
+        "seq": {
+          "anyOf": [
+            {
+              "description": "A position in the session log (dense, from 1).",
+              "minimum": 0,
+              "type": "integer"
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
+        },
+        "session_id": {
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
+          "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
+          "type": "string"
+        },
+        "timestamp": {
+          "description": "RFC 3339 date-time with offset.",
+          "format": "date-time",
+          "pattern": "^\\d{4}-\\d{2}-\\d{2}[Tt]\\d{2}:\\d{2}:\\d{2}(\\.\\d+)?([Zz]|[+-]\\d{2}:\\d{2})$",
+          "type": "string"
+        },
+        "type": {
+          "enum": [
+            "session.status"
+          ]
+        }
+      },
+      "required": [
+        "type",
+        "payload",
+        "message_id",
+        "session_id",
+        "timestamp"
+      ],
+      "title": "SessionStatus",
+      "type": "object"
+    },
+    "StatusPayload": {
+      "description": "The session's derived status changed (notes §17.4); ``stop_reason`` is how the last\nrun ended (absent while one runs).",
+      "properties": {
+        "status": {
+          "enum": [
+            "idle",
+            "requires_action",
+            "rescheduling",
+            "running",
+            "terminated"
+          ]
+        },
+        "stop_reason": {
+          "anyOf": [
+            {
+              "enum": [
+                "awaiting_input",
+                "cancelled",
+                "disconnected",
+                "end_turn",
+                "error",
+                "max_tokens",
+                "tool_use"
+              ]
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
+        }
+      },
+      "required": [
+        "status"
+      ],
+      "title": "StatusPayload",
       "type": "object"
     },
     "TextDelta": {
@@ -2776,8 +2915,19 @@ export const ANY_FRAME_SCHEMA: unknown = {
       "type": "object"
     },
     "TurnEndPayload": {
-      "description": "§7.5.2 session.turn.end; ``disconnected`` only ever appears on synthetic frames.",
+      "description": "§7.5.2 session.turn.end; ``disconnected`` only ever appears on synthetic frames;\n``error`` only with ``stop_reason: error``.",
       "properties": {
+        "error": {
+          "anyOf": [
+            {
+              "$ref": "#/$defs/TurnError"
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
+        },
         "stop_reason": {
           "enum": [
             "awaiting_input",
@@ -2812,6 +2962,26 @@ export const ANY_FRAME_SCHEMA: unknown = {
         "stop_reason"
       ],
       "title": "TurnEndPayload",
+      "type": "object"
+    },
+    "TurnError": {
+      "description": "Why a run failed (notes §17.4): a short machine code and a sentence for people.",
+      "properties": {
+        "code": {
+          "maxLength": 64,
+          "minLength": 1,
+          "type": "string"
+        },
+        "message": {
+          "maxLength": 4096,
+          "type": "string"
+        }
+      },
+      "required": [
+        "code",
+        "message"
+      ],
+      "title": "TurnError",
       "type": "object"
     },
     "TurnStart": {
@@ -3240,7 +3410,8 @@ export const ANY_FRAME_SCHEMA: unknown = {
           "type": "boolean"
         },
         "reattach_window_ms": {
-          "minimum": 0,
+          "description": "How long a detached participant may come back; -1: never.",
+          "minimum": -1,
           "type": "integer"
         },
         "received": {
@@ -3349,6 +3520,9 @@ export const ANY_FRAME_SCHEMA: unknown = {
     },
     {
       "$ref": "#/$defs/Cancel"
+    },
+    {
+      "$ref": "#/$defs/SessionStatus"
     },
     {
       "$ref": "#/$defs/IgnorableFrame"

@@ -1,0 +1,43 @@
+"""How views name a session's end (notes §17.1): expiry is "ended", with its window."""
+
+from __future__ import annotations
+
+import pytest
+
+from protocol.endings import ending_notice, humanize_ms
+
+__all__: list[str] = []
+
+
+@pytest.mark.parametrize(
+    ("ms", "text"),
+    [
+        (604_800_000, "7 days"),
+        (86_400_000, "1 day"),
+        (120_000, "2 minutes"),
+        (90_000, "90 seconds"),
+        (5_400_000, "90 minutes"),
+        (1000, "1 second"),
+        (300, "0.3 seconds"),
+    ],
+)
+def test_windows_read_in_their_largest_whole_unit(ms: int, text: str) -> None:
+    """A window is said in the largest unit it is a whole number of."""
+    assert humanize_ms(ms) == text
+
+
+def test_expiry_is_ended_with_its_window() -> None:
+    """A timeout is an end the agent did not come back from, never a deletion."""
+    assert ending_notice("timeout", "system", 604_800_000) == (
+        "ended",
+        "the agent did not come back within 7 days",
+    )
+    assert ending_notice("timeout", "system") == ("ended", "the agent did not come back in time")
+
+
+def test_deletions_stay_deletions() -> None:
+    """A user's deletion is still named a deletion, with who asked."""
+    assert ending_notice("user_request", "edge") == (
+        "deleted",
+        "session deleted (user_request, by edge)",
+    )
