@@ -133,15 +133,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         metavar="N",
         help="instead of the hand-written cases, run N random sessions judged against the "
-        "reference model (failures are shrunk and printed with their wire transcript; "
-        "default: 0, the hand-written cases)",
+        "reference model; failures are shrunk and printed with their wire transcript "
+        "(default: 0, the hand-written cases)",
     )
     a(
         "--seed",
         type=int,
         default=None,
         metavar="S",
-        help="the seed of --generate (default: a random one, printed); one seed, one run",
+        help="the seed of --generate; one seed, one run (default: a random one, printed)",
     )
 
 
