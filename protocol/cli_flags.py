@@ -1,12 +1,12 @@
 """The flags every command that talks to a master shares, and how option help is written.
 
-One dialect for ``rawp tail``, ``rawp bridge ag-ui``, ``rawp tokens``, ``rawp conformance``
-(and any later command): ``--ws-url`` / ``$RAWP_WS_URL`` (the WebSocket endpoint),
-``--http-url`` / ``$RAWP_HTTP_URL`` (the HTTP base URL), ``--token`` / ``$RAWP_TOKEN`` or
-``$RAWP_API_KEY`` (a session token or an API key where a token is enough: the more specific
-variable first; ``$RAWP_API_KEY`` alone where only an API key will do). A flag wins over its
-variables. Older spellings (``--relay-url`` and ``$RAWP_URL``, ``--url``, ``--api-key``) keep
-working as hidden aliases.
+One dialect for ``rawp tail``, ``rawp bridge ag-ui``, ``rawp tokens``, ``rawp keys``,
+``rawp conformance`` (and any later command): ``--ws-url`` / ``$RAWP_WS_URL`` (the WebSocket
+endpoint), ``--http-url`` / ``$RAWP_HTTP_URL`` (the HTTP base URL), ``--token`` /
+``$RAWP_TOKEN`` or ``$RAWP_API_KEY`` (a session token or an API key where a token is enough:
+the more specific variable first; ``$RAWP_API_KEY`` alone, or first, where only an API key
+will do). A flag wins over its variables. Older spellings (``--relay-url`` and ``$RAWP_URL``,
+``--url``, ``--api-key``) keep working as hidden aliases.
 
 The values are read when the command runs (:func:`connection`), not when the parser is built,
 and checked there: a URL of the wrong kind, a missing value, a control character, each is one
@@ -86,7 +86,7 @@ class _Spec:
     dest: str
     env: tuple[str, ...]  # shown in the help, read in this order
     old_env: tuple[str, ...]  # read after them, not shown
-    default: str | None  # None: required
+    default: str | None  # None: required; "": optional, no default
     kind: str  # "ws", "http" or "token"
 
 
@@ -106,6 +106,7 @@ def add_connection_flags(
     http: str | bool | None = False,
     token: str = "",
     token_env: Sequence[str] = ("RAWP_TOKEN", "RAWP_API_KEY"),
+    token_required: bool = True,
     old_flags: Mapping[str, str] | None = None,
     old_env: Mapping[str, Sequence[str]] | None = None,
 ) -> None:
@@ -113,8 +114,10 @@ def add_connection_flags(
 
     ``ws`` and ``http``: False leaves the flag out, None makes it required, a string is its
     default. ``token``: the flag's help (what credential the command needs); empty leaves it
-    out. ``old_flags`` maps a hidden old spelling to ``ws_url``, ``http_url`` or ``token``;
-    ``old_env`` the same for old variable names, read after the documented ones.
+    out. ``token_required=False``: a command that can work without one (``rawp keys --store``)
+    gets "" when none is given, and says itself what it lacks. ``old_flags`` maps a hidden old
+    spelling to ``ws_url``, ``http_url`` or ``token``; ``old_env`` the same for old variable
+    names, read after the documented ones.
     """
     specs: list[_Spec] = []
     olds = dict(old_env or {})
@@ -171,7 +174,7 @@ def add_connection_flags(
                 "token",
                 tuple(token_env),
                 tuple(olds.get("token", ())),
-                None,
+                None if token_required else "",
                 "token",
             )
         )
@@ -180,7 +183,7 @@ def add_connection_flags(
             dest="token",
             default=None,
             metavar="KEY",
-            help=described(token, env=tuple(token_env)),
+            help=described(token, default=None if token_required else "none", env=tuple(token_env)),
         )
         setattr(action, ENV_ATTRIBUTE, tuple(token_env))
     for old, dest in (old_flags or {}).items():
@@ -204,6 +207,8 @@ def connection(args: argparse.Namespace, environ: Mapping[str, str] | None = Non
                 if env.get(name):
                     value, source = env[name], f"${name}"
                     break
+        if value is None and spec.default == "":
+            continue  # an optional flag not given: the command says what it lacks
         if value is None:
             value = spec.default
         if value is None:

@@ -1,7 +1,8 @@
 """``rawp keys create|list|revoke`` and ``rawp tokens create|revoke``: credentials from the shell.
 
 * API keys are managed on a running master over HTTP (``--http-url`` / ``RAWP_HTTP_URL``,
-  with an ``admin`` key: ``--token`` / ``RAWP_API_KEY``), or with ``--store`` on a store no
+  with an ``admin`` key: ``--token`` / ``RAWP_API_KEY`` or ``RAWP_TOKEN``; the connection
+  flags of every command, :mod:`protocol.cli_flags`), or with ``--store`` on a store no
   master owns (a SQLite file, or Redis); ``--store memory`` only prints a fresh secret for
   ``--api-key``. The secret of a new key is printed once on stdout; every failure is one
   line on stderr and an ``EXIT_KEYS_*`` status (docs/operations.md, "API keys").
@@ -18,7 +19,6 @@ import argparse
 import asyncio
 import datetime as dt
 import json
-import os
 import sys
 import time
 import urllib.error
@@ -53,8 +53,6 @@ __all__ = [
     "add_key_commands",
     "add_token_commands",
 ]
-
-_DEFAULT_URL = "http://127.0.0.1:8766"
 
 EXIT_KEYS_REFUSED = 1
 """The master or store refused: unknown scope, past expiry, no such key, own or last admin key."""
@@ -104,31 +102,30 @@ def add_key_commands(keys_sub: argparse._SubParsersAction[argparse.ArgumentParse
     listing.set_defaults(handler=_keys_list)
 
     revoke = keys_sub.add_parser("revoke", help="revoke an API key")
-    revoke.add_argument("key", metavar="KEY_OR_ID", help="the key, or its id (SHA-256 hex)")
+    revoke.add_argument(
+        "key", metavar="KEY_OR_ID", help="the key, or its id: SHA-256 hex (required)"
+    )
     _connection_options(revoke)
     revoke.set_defaults(handler=_keys_revoke)
 
 
 def _connection_options(parser: argparse.ArgumentParser) -> None:
-    """Where the keys live: a running master over HTTP (default), or a store no master owns."""
-    parser.add_argument(
-        "--http-url",
-        default=None,
-        metavar="URL",
-        help=f"the running master's HTTP address (default: $RAWP_HTTP_URL, else {_DEFAULT_URL})",
-    )
-    parser.add_argument(
-        "--token",
-        default=None,
-        metavar="KEY",
-        help="an API key with the admin scope (default: $RAWP_API_KEY, else $RAWP_TOKEN)",
+    """Where the keys live: a running master over HTTP (the shared connection flags, read only
+    when asked), or a store no master owns (``--store``)."""
+    add_connection_flags(
+        parser,
+        http=LOCAL_HTTP_URL,
+        token="an API key with the admin scope; needed unless --store is given",
+        token_env=("RAWP_API_KEY", "RAWP_TOKEN"),
+        token_required=False,
     )
     parser.add_argument(
         "--store",
         default=None,
         metavar="URL",
-        help="work on this store instead of a master (sqlite:PATH no master owns, redis://…; "
-        "memory: just print a new key for --api-key); default: none, ask the master",
+        help="work on this store instead of a master: sqlite:PATH no master owns, redis://…, "
+        "or memory to just print a new key for --api-key (default: none, ask the master; "
+        "RAWP_STORE is serve's, not read here)",
     )
     parser.add_argument(
         "--redis-cluster",
@@ -239,23 +236,21 @@ def _run_keys(args: argparse.Namespace, action: Callable[[], int]) -> int:
 
 def _admin_call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
     """One request to the master with the admin key; failures become :class:`_Failed`."""
-    url = (args.http_url or os.environ.get("RAWP_HTTP_URL") or _DEFAULT_URL).rstrip("/")
-    key = args.token or os.environ.get("RAWP_API_KEY") or os.environ.get("RAWP_TOKEN")
+    where = connection(args)  # a bad URL or key: the shared one-line usage error, status 2
+    url, key = where.http_url.rstrip("/"), where.token
     if not key:
         raise _Failed(
-            "an admin API key is needed: --token KEY, or RAWP_API_KEY (or use --store)",
+            "an admin API key is needed: --token KEY, or $RAWP_API_KEY or $RAWP_TOKEN "
+            "(or use --store)",
             EXIT_KEYS_CREDENTIAL,
         )
     data = None if body is None else json.dumps(body).encode()
-    try:
-        request = urllib.request.Request(
-            url + path,
-            data=data,
-            method=method,
-            headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
-        )
-    except ValueError as exc:
-        raise _Failed(f"--http-url {url!r} is not an HTTP URL: {exc}", EXIT_KEYS_USAGE) from None
+    request = urllib.request.Request(
+        url + path,
+        data=data,
+        method=method,
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return json.loads(response.read() or b"null")

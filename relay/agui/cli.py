@@ -91,7 +91,6 @@ def _run(args: argparse.Namespace) -> int:
     where = connection(args)
     if not args.run_timeout > 0:
         usage_error("rawp bridge ag-ui", f"--run-timeout: {args.run_timeout:g} is not above 0")
-    configure_logging(args.log_format, args.log_level)
     headers: dict[str, str] = {}
     for header in args.agent_header:
         name, colon, value = header.partition(":")
@@ -102,6 +101,8 @@ def _run(args: argparse.Namespace) -> int:
         usage_error(
             "rawp bridge ag-ui", f"--agent-url wants an http(s):// URL, got {args.agent_url!r}"
         )
+    # Only a command line found usable sets up logging (on this process's stderr, for good).
+    configure_logging(args.log_format, args.log_level)
     bridge = AguiBridge(
         where.ws_url,
         args.session,

@@ -3,7 +3,9 @@ traceback; ``--version``; a subcommand's refusal points at that subcommand's hel
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -183,3 +185,48 @@ def test_schemas_into_an_unwritable_place_is_one_line(rawp: Run, tmp_path: Path)
     code, _, err = rawp("schemas", "--out", str(blocker / "schemas"))
     assert code == 2
     assert _one_line(err).startswith(f"rawp schemas: cannot write {blocker / 'schemas'}: ")
+
+
+def test_keys_refuses_a_bad_http_url_as_every_command_does(rawp: Run) -> None:
+    """``rawp keys`` reads --http-url / $RAWP_HTTP_URL through the shared flags: a URL of the
+    wrong kind is the same one line, naming the flag or the variable, exit 2."""
+    code, out, err = rawp("keys", "list", "--http-url", "ws://127.0.0.1:8765/v1/ws", "--token", "K")
+    assert code == 2
+    line = _one_line(err)
+    assert line.startswith("rawp keys list: --http-url: 'ws://127.0.0.1:8765/v1/ws' is a WebSocket")
+    assert line.endswith("(see rawp keys list --help)")
+    assert out == ""
+    code, _, err = rawp("keys", "revoke", "0" * 64, RAWP_HTTP_URL="ftp://x", RAWP_API_KEY="K")
+    assert code == 2
+    assert _one_line(err).startswith("rawp keys revoke: $RAWP_HTTP_URL: 'ftp://x' is not a http://")
+
+
+def test_keys_reads_its_admin_key_from_rawp_api_key_then_rawp_token(rawp: Run) -> None:
+    """The admin key comes from --token, else $RAWP_API_KEY, else $RAWP_TOKEN; none of them is
+    the keys command's own failure (exit 8), naming all three."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        nobody = f"http://127.0.0.1:{s.getsockname()[1]}"
+    # $RAWP_API_KEY comes first: the unusable $RAWP_TOKEN is not read.
+    code, _, err = rawp("keys", "list", "--http-url", nobody, RAWP_API_KEY="K", RAWP_TOKEN="a b")
+    assert code == 4, err
+    assert "cannot reach a master" in _one_line(err)
+    code, _, err = rawp("keys", "list", "--http-url", nobody, RAWP_TOKEN="a b")
+    assert code == 2
+    assert _one_line(err).startswith("rawp keys list: $RAWP_TOKEN: a credential holds no spaces")
+    code, _, err = rawp("keys", "list", "--http-url", nobody)
+    assert code == 8
+    assert _one_line(err) == (
+        "rawp keys list: an admin API key is needed: --token KEY, or $RAWP_API_KEY or "
+        "$RAWP_TOKEN (or use --store)"
+    )
+
+
+def test_keys_on_a_store_reads_no_connection_variable(tmp_path: Path) -> None:
+    """With --store the master's URL and key are not asked for: a $RAWP_HTTP_URL set for other
+    commands, even an unusable one, does not stop the command."""
+    store = f"sqlite:{tmp_path / 'rawp.db'}"
+    # In a process of its own: opening a store sets up logging on this process's stderr.
+    code, out, err = _rawp("keys", "list", "--store", store, "--json", RAWP_HTTP_URL="ws://x")
+    assert code == 0, err
+    assert json.loads(out) == {"keys": []}

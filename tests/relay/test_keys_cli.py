@@ -148,7 +148,7 @@ def test_every_failure_is_one_line_with_its_exit_status(tmp_path: Path) -> None:
             (("create",), {"RAWP_HTTP_URL": url}, EXIT_KEYS_CREDENTIAL, "--token"),
             (("create",), {"RAWP_HTTP_URL": url, "RAWP_API_KEY": "rk_nope"}, 8, "401"),
             (("revoke", "0" * 64), admin, EXIT_KEYS_REFUSED, "no API key"),
-            (("list", "--http-url", "ftp://x"), admin, EXIT_KEYS_UNREACHABLE, "ftp"),
+            (("list", "--http-url", "ftp://x"), admin, EXIT_KEYS_USAGE, "--http-url: 'ftp://x'"),
             (("list", "--store", store), {}, 7, str(tmp_path / "rawp.db")),  # the master owns it
         ]
         for args, env, code, needle in cases:
