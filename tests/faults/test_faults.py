@@ -63,7 +63,8 @@ async def test_a_node_declared_dead_logs_nothing_after_its_sweep(cluster: FaultC
     client.send_text(script[0])  # the turn starts
     client.send_text(script[1])
     async with asyncio.timeout(10):
-        while len(await cluster.log(sid)) < 3:  # presence, start, delta
+        # presence, start, the master's session.status (running, notes §17.4), delta
+        while len(await cluster.log(sid)) < 4:
             await asyncio.sleep(0.05)
     cluster.pause(victim)
     async with asyncio.timeout(30):  # the other node sweeps: the turn is finalized
@@ -76,7 +77,7 @@ async def test_a_node_declared_dead_logs_nothing_after_its_sweep(cluster: FaultC
     assert await client.wait_closed(timeout=20) == 1001
     log = await cluster.log(sid)
     assert [e.sender_role for e in log[swept:]] == [], "the fenced node logged after the sweep"
-    assert all(e.sender_role != "client" for e in log[3:])
+    assert all(e.sender_role != "client" for e in log[4:])
     # Under its new lease the node serves again: the client comes back through it, its
     # history unfinalizes, and what it sends from there is logged.
     welcome_frame = json.loads(client_welcome)

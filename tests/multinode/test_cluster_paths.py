@@ -150,7 +150,11 @@ async def test_delete_on_one_node_ends_the_session_on_every_node(nodes: Any) -> 
             "session.deleted",
         ]
         assert tail[0]["payload"]["status"] == "cancelled"
-        assert tail[1]["payload"] == {"turn_id": turn, "stop_reason": "error"}
+        assert tail[1]["payload"] == {
+            "turn_id": turn,
+            "stop_reason": "error",
+            "error": {"code": "session_ended", "message": "the session ended during this run"},
+        }
         assert tail[2]["payload"]["reason"] == "master_request"
     # Each node forgets the session right after its closes complete: a moment after the
     # peers saw their close frames (on a loaded machine, a noticeable one).

@@ -67,6 +67,7 @@ MATRIX: Final[dict[str, tuple[int | str, ...]]] = {
     "POST /v1/sessions/S/cancel":       (409,  404,   409,  409,  409,   404,   401,    401,    401,    401),
     "POST /v1/sessions/S/tokens":       (201,  404,   403,  403,  403,   404,   401,    401,    401,    401),
     "POST /v1/sessions/S/fork":         (201,  404,   403,  403,  403,   404,   401,    401,    401,    401),
+    "POST /v1/sessions/S/continue":     (409,  404,   403,  403,  403,   404,   401,    401,    401,    401),
     "GET /v1/sessions/S/export":        (200,  404,   200,  200,  200,   404,   401,    401,    401,    401),
     "GET /v1/sessions/S/ag-ui":         (200,  404,   200,  200,  200,   404,   401,    401,    401,    401),
     "POST /v1/sessions/S/ag-ui":        (200,  404,   200,  200,  200,   404,   401,    401,    401,    401),
@@ -123,6 +124,8 @@ ROUTES: Final[dict[str, Request]] = {
     "POST /v1/sessions/S/cancel": Request("http", "POST", "/v1/sessions/{S}/cancel", body={}),
     "POST /v1/sessions/S/tokens": Request("http", "POST", "/v1/sessions/{S}/tokens", body={}),
     "POST /v1/sessions/S/fork": Request("http", "POST", "/v1/sessions/{S}/fork", body={}),
+    # S is live: the key's answer is 409 not_ended (continue is for ended sessions)
+    "POST /v1/sessions/S/continue": Request("http", "POST", "/v1/sessions/{S}/continue", body={}),
     "GET /v1/sessions/S/export": Request("http", "GET", "/v1/sessions/{S}/export"),
     "GET /v1/sessions/S/ag-ui": Request("http", "GET", "/v1/sessions/{S}/ag-ui", stream=True),
     "POST /v1/sessions/S/ag-ui": Request(

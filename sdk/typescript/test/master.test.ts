@@ -209,7 +209,8 @@ describe("against a real master", () => {
     gate.down = false;
     await edge.waitStatus("connected");
     await until(() => edge.view.totals.turns === 1, "the edge folding the backlog");
-    const replayed = frames.filter((d) => d.replayed).map((d) => d.frame.type);
+    // the master's session.status (idle, after the usage; notes §17.4) comes along too
+    const replayed = frames.filter((d) => d.replayed && d.frame.type !== "session.status").map((d) => d.frame.type);
     assert.deepEqual(replayed, ["agent.text.delta", "agent.text.done", "session.turn.end", "session.usage"]);
     assert.ok(frames.filter((d) => d.replayed).every((d) => (d.frame.seq ?? 0) > seqBefore));
     assert.equal(text().text, "before after");
@@ -321,7 +322,8 @@ describe("against a real master", () => {
     gate.down = false;
     await edge.waitStatus("connected");
     await until(() => backlogs.length === 1, "the backlog");
-    assert.deepEqual(backlogs[0], { policy_applied: "NONE", truncated: true, lost_frame_count: 4, buffer_high_watermark: 0 });
+    // the four frames, and the session.status (idle) logged after the usage (notes §17.4)
+    assert.deepEqual(backlogs[0], { policy_applied: "NONE", truncated: true, lost_frame_count: 5, buffer_high_watermark: 0 });
     assert.ok(edge.view.notices.some((n) => n.kind === "backlog_truncated"));
     assert.equal(edge.view.status, "idle"); // the finalization stays (§7.8.3: truncated)
   });
@@ -402,7 +404,8 @@ describe("against a real master", () => {
     assert.equal(response.status, 200);
     await drained; // the iterator ends, no error
     assert.equal(edge.status, "closed");
-    assert.deepEqual(types.slice(-3), ["tool.invoke.result", "session.turn.end", "session.deleted"]);
+    const ending = types.filter((t) => t !== "session.status"); // terminated, before the end (§17.4)
+    assert.deepEqual(ending.slice(-3), ["tool.invoke.result", "session.turn.end", "session.deleted"]);
     assert.equal(edge.view.status, "terminated");
     await agent.waitStatus("closed");
     await assert.rejects(agent.textDelta("b1", "x"), /closed/);
