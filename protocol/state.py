@@ -65,6 +65,7 @@ __all__ = [
     "check",
     "effect_of",
     "run_open",
+    "stated_status",
     "status",
     "status_frame_due",
 ]
@@ -149,6 +150,13 @@ def status(state: SessionState) -> Status:
 def run_open(state: SessionState) -> bool:
     """A run is open or about to start (notes §17.3): a new user.message waits for it."""
     return state.phase is Phase.TURN_OPEN or state.run_requested
+
+
+def stated_status(state: SessionState) -> tuple[Status, str | None]:
+    """What a ``session.status`` states now (notes §17.4): the derived status, and how the
+    last run ended (None while one runs)."""
+    now = status(state)
+    return now, None if now == "running" else state.stop_reason
 
 
 def status_frame_due(state: SessionState) -> bool:

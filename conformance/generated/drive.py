@@ -209,8 +209,8 @@ class _Game:
         now = time.monotonic()
         for name, since in self.detached_at.items():
             member = model.members.get(name)
-            if member is None or member.attached or model.ended:
-                continue
+            if member is None or member.attached or model.ended or self.window_s < 0:
+                continue  # a window of -1: the session never ends by the clock
             if now - since >= self.window_s / 2:
                 need = max(2 * (now - since), 1.0)
                 raise _Skip(
@@ -393,9 +393,9 @@ class _Game:
                 f"{len(want)} expected"
             )
 
-    async def next(self, peer: Peer, what: str) -> dict[str, Any]:
+    async def next(self, peer: Peer, what: str, held: float = 0.0) -> dict[str, Any]:
         while True:
-            received = await peer.recv_raw(what=what, timeout=self.read_timeout)
+            received = await peer.recv_raw(what=what, timeout=self.read_timeout + held)
             if received.frame.get("type") != PRESENCE:
                 self.size = received.size
                 return received.frame
@@ -406,7 +406,7 @@ class _Game:
         for name, expected_frames in outcome.deliveries.items():
             peer = self.peers[name]
             for expected in expected_frames:
-                frame = await self.next(peer, expected.describe())
+                frame = await self.next(peer, expected.describe(), expected.held)
                 why = expected.mismatch(frame)
                 if why is not None:
                     self.disagree(

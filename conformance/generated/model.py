@@ -16,12 +16,21 @@ order of the cleanup that ends a session, how hellos are answered — is restate
   (a ``session.renamed`` also to its sender); a refused one is answered
   ``session.error {fatal: false}`` to its sender only; a warning (``usage_missing``) goes to
   the sender before the frame is delivered;
+* after what the session folded — an accepted frame, a drop's finalization — a
+  ``session.status {status, stop_reason}`` is logged when the derived status changed
+  (``protocol.state.status_frame_due`` and ``stated_status``, notes §17.4), delivered to
+  everyone attached;
+* one run at a time (notes §17.3): an edge's ``user.message`` while a turn is open is held,
+  then refused ``busy`` (``ref_message_id``, not logged); one while a run is about to start
+  (a message relayed, no turn started) is held until that run's bound ends, then relayed.
+  The driver waits :data:`HOLD_S` longer for either;
 * a participant's backlog is every entry after its cursor that live delivery would have sent
   it, bounded by its buffer (the hello's request, else its previous one, else RING at the
   master's capacity); the cursor of a participant that dropped is the log's end at the drop;
-* a session ends with a cancelled result per open call, the open turn ended ``error``, then
-  ``session.deleted``, delivered to everyone attached, each socket then closed 1000; hellos for
-  it are refused 4410;
+* a session ends with a cancelled result per open call, the open turn ended ``error``,
+  ``session.status terminated`` (with how the last run ended), then ``session.deleted``,
+  delivered to everyone attached, each socket then closed 1000; hellos for it are refused
+  4410;
 * a second client while one is attached is refused 4409; a hello with an attached
   participant's id takes over (the old socket closed 4409, no finalization).
 
@@ -44,12 +53,21 @@ from protocol.buffers import BufferedItem, select_backlog
 from protocol.errors import ProtocolError
 from protocol.finalize import finalize, fold
 from protocol.frames import GenericFrame, Policy, Sender
-from protocol.state import Effect, SessionState, effect_of, status
+from protocol.state import (
+    Effect,
+    Phase,
+    SessionState,
+    effect_of,
+    stated_status,
+    status,
+    status_frame_due,
+)
 
 from .steps import OBSERVER, Step
 
 __all__ = [
     "CLIENT",
+    "HOLD_S",
     "Backlog",
     "Entry",
     "Expected",
@@ -61,6 +79,8 @@ __all__ = [
 ]
 
 CLIENT: Final = "client"
+HOLD_S: Final = 3.0
+"""How long a master holds a ``user.message`` for the agent's run (notes §17.3)."""
 _MASTER: Final = Sender(role="master", participant_id="master")
 
 
@@ -84,6 +104,8 @@ class Expected:
     """Payload keys that must not be there."""
     keys: tuple[tuple[str, Any], ...] = ()
     """Envelope keys the sender added beyond the envelope's own, relayed untouched (notes §3)."""
+    held: float = 0.0
+    """Seconds the master may hold it before sending it (a message waiting for the agent)."""
 
     def describe(self) -> str:
         """``type(key=value, …)`` with what identifies it."""
@@ -261,14 +283,43 @@ class Model:
             synthetic=expected.synthetic,
             absent=expected.absent,
             keys=expected.keys,
+            held=expected.held,
         )
         self.log.append(Entry(logged, sender, echo=echo))
         for member in self.attached():
             if member.ident != sender or echo:
                 outcome.deliveries.setdefault(member.name, []).append(logged)
 
+    def _status(self, outcome: Outcome) -> None:
+        """After what the session folded: a ``session.status`` when the derived status
+        changed (notes §17.4), logged and delivered to everyone attached."""
+        if not status_frame_due(self.state) or self.state.phase is Phase.TERMINATED:
+            return
+        now, stop = stated_status(self.state)
+        payload: dict[str, Any] = {"status": now}
+        absent: tuple[str, ...] = ()
+        if stop is None:
+            absent = ("stop_reason",)
+        else:
+            payload["stop_reason"] = stop
+        self.state.logged_status = now  # what folding the master's frame does
+        expected = Expected("session.status", payload, "master", absent=absent)
+        self._log(outcome, expected, "master", echo=False)
+
+    def _busy(self) -> bool:
+        """An edge's ``user.message`` must wait for the agent (notes §17.3): a turn is open.
+        A run about to start (a message relayed, no turn started yet) holds a message at most
+        until its own bound ends, then the message is judged: relayed, as if not held. No
+        generated client steers (``accepts_input_during_turn``)."""
+        return self.state.phase is Phase.TURN_OPEN
+
     def _error(
-        self, outcome: Outcome, member: Member, code: str, refused: str | None = None
+        self,
+        outcome: Outcome,
+        member: Member,
+        code: str,
+        refused: str | None = None,
+        held: float = 0.0,
     ) -> None:
         """A refusal names its frame (``ref_message_id``, notes §16.3); a warning about a frame
         that was accepted names none."""
@@ -276,7 +327,7 @@ class Model:
         if refused is not None:
             payload["ref_message_id"] = refused
         absent = () if refused is not None else ("ref_message_id",)
-        expected = Expected("session.error", payload, role="master", absent=absent)
+        expected = Expected("session.error", payload, role="master", absent=absent, held=held)
         outcome.deliveries.setdefault(member.name, []).append(expected)
 
     def _backlog(self, member: Member, start: int) -> Backlog | Refusal:
@@ -307,11 +358,23 @@ class Model:
             self._log(
                 outcome, Expected("tool.invoke.result", payload, "master"), "master", echo=False
             )
+        stop = self.state.stop_reason
         if self.state.turn_id is not None:
+            stop = "error"
             payload = {"turn_id": self.state.turn_id, "stop_reason": "error"}
             self._log(
                 outcome, Expected("session.turn.end", payload, "master"), "master", echo=False
             )
+        ended: dict[str, Any] = {"status": "terminated"}
+        if stop is not None:
+            ended["stop_reason"] = stop
+        absent = () if stop is not None else ("stop_reason",)
+        self._log(
+            outcome,
+            Expected("session.status", ended, "master", absent=absent),
+            "master",
+            echo=False,
+        )
         deleted = {"session_id": self.session_id, "reason": reason, "deleted_by": deleted_by}
         self._log(outcome, Expected("session.deleted", deleted, "master"), "master", echo=False)
         for member in self.attached():
@@ -342,7 +405,14 @@ class Model:
         role: Any = member.role
         try:
             frame = codec.decode(text)
-            ending = frame.type in ("session.deleted", "session.error")
+            if frame.type == "user.message" and role == "edge" and self._busy():
+                # One run at a time (notes §17.3): held while the turn stays open, then
+                # refused, not logged.
+                self._error(outcome, member, "busy", refused=step.message_id, held=HOLD_S)
+                return outcome
+            # A run about to start holds the message until its own bound ends (notes §17.12).
+            held = HOLD_S if frame.type == "user.message" and self.state.run_requested else 0.0
+            ending = frame.type == "session.deleted"
             before = copy.deepcopy(self.state) if ending else self.state
             warnings = fold(self.state, frame, role)
         except ProtocolError as exc:
@@ -365,10 +435,13 @@ class Model:
             message_id=frame.message_id,
             exact=True,
             keys=tuple((k, v) for k, v in raw.items() if k.startswith("x_")),
+            held=held if role == "edge" else 0.0,
         )
         self._log(outcome, relayed, member.ident, echo=effect is Effect.RENAME)
+        # Judged by its own fold: a fatal error that follows a turn end in place of the usage
+        # moves the status on (idle) before the session ends.
+        self._status(outcome)
         if effect is Effect.END_WITH_ERROR:
-            self.state = before
             self._end(outcome, "error", member.role)
         return outcome
 
@@ -385,6 +458,7 @@ class Model:
                 payload = msgspec.to_builtins(frame.payload)  # type: ignore[attr-defined]
                 expected = Expected(frame.type, payload, "master", synthetic=True)
                 self._log(outcome, expected, "master", echo=False)
+            self._status(outcome)
         return outcome
 
     def _welcome(self, member: Member, **fields: Any) -> Hello:

@@ -38,7 +38,7 @@ from protocol.frames import (
     Welcome,
     WelcomePayload,
 )
-from protocol.state import SessionState, status
+from protocol.state import SessionState, stated_status, status
 
 from ..config import Settings
 from ..store.base import ParticipantRecord, SessionHeader
@@ -240,8 +240,7 @@ def ending(
 def status_frame(session_id: str, state: SessionState) -> SessionStatus:
     """``session.status`` stating the derived status now (notes §17.4); ``stop_reason`` is
     how the last run ended, absent while one runs."""
-    now = status(state)
-    stop = None if now == "running" else state.stop_reason
+    now, stop = stated_status(state)
     return SessionStatus(
         payload=StatusPayload(status=now, stop_reason=stop),  # type: ignore[arg-type]
         **envelope(session_id),

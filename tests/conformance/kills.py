@@ -24,8 +24,8 @@ import protocol.errors
 import protocol.state
 import relay.auth
 import relay.http.app
-import relay.http.auth_routes
 import relay.http.hardening
+import relay.http.revoking
 import relay.http.sessions
 import relay.hub
 import relay.revocation
@@ -1156,7 +1156,7 @@ def _other_workspace_4403(mp: pytest.MonkeyPatch) -> None:
 @kill("notes-16.9/revoked-token-closes-4401")
 def _revoked_1008(mp: pytest.MonkeyPatch) -> None:
     # Both ways a revocation ends a socket: the route at once, the watch at its next round.
-    mp.setattr(relay.http.auth_routes, "_REVOKED", 1008)
+    mp.setattr(relay.http.revoking, "_REVOKED", 1008)
     mp.setattr(relay.revocation, "CLOSE_INVALID_CREDENTIAL", 1008)
 
 

@@ -160,3 +160,83 @@ async def test_a_session_that_would_race_the_reattach_window_skips_naming_it() -
         await master.stop()
     assert played.status == "SKIP", played.details
     assert "reattach window the welcome gives (1 ms)" in played.details
+
+
+def _frame(type_: str, message_id: str, payload: dict[str, object]) -> str:
+    return json.dumps(
+        {
+            "type": type_,
+            "message_id": message_id,
+            "session_id": SESSION_PLACEHOLDER,
+            "timestamp": "2026-01-01T00:00:00.000Z",
+            "payload": payload,
+        }
+    )
+
+
+async def _play_on(master: Master, steps: list[Step], session_id: str) -> str:
+    await master.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            played = await play(
+                steps,
+                target_of(master),
+                http,
+                session_id=session_id,
+                timeout=10.0,
+                read_timeout=1.0,
+            )
+    finally:
+        await master.stop()
+    assert played.status == "PASS", played.details
+    return played.transcript.to_text()
+
+
+_TURN = "6f1d2c3b-4a5e-4f60-8a71-9b8c7d6e5f40"
+
+
+async def test_a_message_during_a_turn_is_judged_busy_and_status_changes_are_logged() -> None:
+    """The model predicts the logged session.status frames and an edge's user.message
+    refused busy after its hold while a turn is open, and one held while a run is about to
+    start then relayed (sessions a shrink can make), with a one-second frame wait."""
+    start = {"turn_id": _TURN, "turn_index": 0}
+    steps = [
+        Step(
+            "send",
+            "observer",
+            _frame("user.message", "0b7c3f1e-8a59-4c6e-9d2b-3f0a8e1c5d71", {"text": "a"}),
+        ),
+        Step(
+            "send",
+            "observer",
+            _frame("user.message", "0b7c3f1e-8a59-4c6e-9d2b-3f0a8e1c5d72", {"text": "b"}),
+        ),
+        Step(
+            "send",
+            "client",
+            _frame("session.turn.start", "0b7c3f1e-8a59-4c6e-9d2b-3f0a8e1c5d73", start),
+        ),
+        Step(
+            "send",
+            "observer",
+            _frame("user.message", "0b7c3f1e-8a59-4c6e-9d2b-3f0a8e1c5d74", {"text": "c"}),
+        ),
+        Step("drop", "client"),
+    ]
+    text = await _play_on(Master(conformance_settings()), steps, "gen-busy")
+    assert '"error_code":"busy"' in text
+    assert '"status":"running"' in text
+    assert '"status":"idle","stop_reason":"disconnected"' in text
+
+
+async def test_a_window_of_never_does_not_skip_a_detached_participant() -> None:
+    """A welcome's reattach_window_ms of -1 (never) is no window to race: the session runs."""
+    start = _frame(
+        "session.turn.start",
+        "0b7c3f1e-8a59-4c6e-9d2b-3f0a8e1c5d77",
+        {"turn_id": _TURN, "turn_index": 0},
+    )
+    steps = [Step("send", "client", start), Step("drop", "client"), Step("join", "edge1")]
+    await _play_on(
+        Master(conformance_settings(reattach_window_s=float("inf"))), steps, "gen-window-never"
+    )

@@ -30,6 +30,7 @@ from protocol.state import (
     allowed_types,
     check,
     effect_of,
+    stated_status,
     status,
 )
 
@@ -709,6 +710,21 @@ def test_status_derivation() -> None:
     fold(state, S.usage(), "client")
     fold(state, S.deleted(), "master")
     assert status(state) == "terminated"
+
+
+def test_a_status_frame_states_how_the_last_run_ended_except_while_one_runs() -> None:
+    """stated_status: the derived status, with the last run's stop_reason unless running."""
+    state = SessionState()
+    assert stated_status(state) == ("idle", None)
+    turn_id = S.uuid4(1)
+    fold(state, S.turn_start(turn_id, 0), "client")
+    fold(state, S.turn_end(turn_id, "max_tokens"), "client")
+    fold(state, S.usage(), "client")
+    assert stated_status(state) == ("idle", "max_tokens")
+    fold(state, S.turn_start(S.uuid4(2), 1), "client")
+    assert stated_status(state) == ("running", None)
+    fold(state, S.interaction_request("i"), "client")
+    assert stated_status(state) == ("requires_action", "max_tokens")
 
 
 # --- check, snapshot, replay ----------------------------------------------------------------------
