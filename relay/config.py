@@ -235,7 +235,10 @@ def _window(value: Any) -> float:
         return math.inf
     if isinstance(value, bool):
         raise ValueError("a duration (120, 90s, 12h, 7d) or never is needed")
-    seconds = parse_duration(value)
+    try:
+        seconds = parse_duration(value)
+    except ValueError:
+        seconds = math.nan  # refused below with the range, as every other setting's reader
     if not 0 < seconds <= MAX_REATTACH_WINDOW_S:  # also refuses inf and NaN
         raise ValueError(
             f"a duration above 0 and at most {_duration(MAX_REATTACH_WINDOW_S)} "

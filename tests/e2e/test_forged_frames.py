@@ -122,7 +122,10 @@ async def test_an_id_another_sender_used_is_refused_not_swallowed(master: Master
     assert error["payload"]["ref_message_id"] == turn["message_id"]
     assert len(await logged(master, sid)) == head
     # The edge's next frame is acknowledged alone: the refused one is not counted committed.
-    mine = await edge.send("user.message", {"text": "mine"})
+    # (a rename: a user message would wait for the open turn, notes §17.3)
+    mine = await edge.send(
+        "session.renamed", {"session_id": sid, "name": "mine", "renamed_by": "edge"}
+    )
     ack = await edge.recv_type("connection.ack")
     assert ack["payload"]["last_message_id"] == mine["message_id"]
     assert [f["message_id"] for f in await logged(master, sid)][head:] == [mine["message_id"]]

@@ -87,6 +87,7 @@ SCOPE_OF: dict[tuple[str, str], str] = {
     ("cancel_turn", "edge"): "write",
     ("issue_tokens", "edge"): "tokens",
     ("fork", "edge"): "write",
+    ("continue_session", "edge"): "write",
     ("export", "edge"): "read",
 }
 

@@ -57,7 +57,7 @@ def edge_for(master: Master, **options: Any) -> RawpClient:
 
 def test_only_the_client_modules_import_asyncio_or_websockets() -> None:
     """protocol/ stays sans-I/O: asyncio and websockets are imported by the client adapter's
-    modules alone (client.py and its parts)."""
+    modules alone (client.py and its parts, and ``rawp tail``, which runs the client)."""
     offenders = []
     for path in sorted(PROTOCOL_DIR.glob("*.py")):
         tree = ast.parse(path.read_text())
@@ -75,6 +75,7 @@ def test_only_the_client_modules_import_asyncio_or_websockets() -> None:
         "client_incoming.py",
         "client_link.py",
         "client_status.py",
+        "tail.py",
     ]
 
 
@@ -152,6 +153,9 @@ async def test_typed_helpers_fill_the_envelope(master: Master) -> None:
         ]
         assert all(f.session_id == SID and f.seq is not None for f in agent_frames)
         assert isinstance(received[0], F.Welcome)
+        # One run at a time: the user's next message waits for the open turn to end.
+        await agent.turn_end(second.payload.turn_id)
+        await agent.usage(input_tokens=1, output_tokens=1, turn_id=second.payload.turn_id)
         answer = await edge.user_message("thanks")
         got = await agent.receive(timeout=5)
         while got is not None and got.message_id != answer.message_id:

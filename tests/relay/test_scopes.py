@@ -52,7 +52,10 @@ async def _logged(ctx: Ctx, message_id: str) -> bool:
 async def _setup(master: Master, *, session: bool = True) -> Ctx | None:
     if not session:
         return None
-    client = await Peer.open(master.ws_url, SID, token=API_KEY, create=True)
+    # A client that steers: user input during its open turn reaches it at once (notes §17.3).
+    client = await Peer.open(
+        master.ws_url, SID, token=API_KEY, create=True, accepts_input_during_turn=True
+    )
     turn, ask = new_turn_id(), new_turn_id()
     await client.send("session.turn.start", {"turn_id": turn, "turn_index": 0})
     asked = await client.send(
@@ -314,6 +317,10 @@ PERFORMERS: dict[tuple[str, str], dict[str, Performer]] = {
     },
     ("issue_tokens", "edge"): {"rest": rest("POST", "/v1/sessions/{sid}/tokens", {})},
     ("fork", "edge"): {"rest": rest("POST", "/v1/sessions/{sid}/fork", {})},
+    # The session is live: past the act check, continue answers 409 not_ended.
+    ("continue_session", "edge"): {
+        "rest": rest("POST", "/v1/sessions/{sid}/continue", {}, ok=(409,))
+    },
     ("export", "edge"): {"rest": rest("GET", "/v1/sessions/{sid}/export")},
 }
 WITHOUT_TRANSPORT = {("cancel_interaction", "client")}

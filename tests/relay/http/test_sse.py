@@ -329,8 +329,9 @@ async def _open_streams(api: Api) -> float:
 async def test_a_cursor_past_the_head_is_reset_to_it_and_the_next_turn_arrives(
     api: Api, master: Master, cursor: dict[str, str]
 ) -> None:
-    """A cursor of 500 on a 6-entry log: ``stream.reset`` names it, then live events come."""
+    """A cursor of 500 on a short log: ``stream.reset`` names its head, then live events come."""
     client = await streamed_session(api, master, "s-ahead", 4)
+    head = await master.hub.store.head_seq("s-ahead")
     path, headers = "/v1/sessions/s-ahead/events/stream", auth()
     if "after_seq" in cursor:
         path += "?after_seq=" + cursor["after_seq"]
@@ -345,11 +346,11 @@ async def test_a_cursor_past_the_head_is_reset_to_it_and_the_next_turn_arrives(
     assert json.loads(reset["data"]) == {
         "reason": "cursor_ahead",
         "last_event_id": 500,
-        "head_seq": 6,
+        "head_seq": head,
     }
     await client.send("agent.text.delta", {"block_id": "b", "delta": "next"})
     live = await stream.next_event()
     assert live is not None
-    assert (live["id"], live["event"]) == ("7", "agent.text.delta")
+    assert (live["id"], live["event"]) == (str(head + 1), "agent.text.delta")
     await stream.close()
     await client.close()
