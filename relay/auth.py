@@ -45,6 +45,7 @@ __all__ = [
     "KeyRefused",
     "Principal",
     "digest",
+    "is_credential_id",
     "new_api_key",
     "new_session_token",
     "scopes_of",
@@ -85,6 +86,12 @@ def scopes_of(record: Credential) -> frozenset[str]:
 def digest(secret: str) -> str:
     """The stored form of a secret."""
     return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def is_credential_id(text: str) -> bool:
+    """Is ``text`` the form of a credential's id (a :func:`digest`: 64 lowercase hex digits)?
+    Anything else names no credential and is never echoed or looked up."""
+    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
 
 
 def new_api_key() -> str:
@@ -351,11 +358,15 @@ class Authenticator:
         store itself, ``rawp keys revoke --store``) both are allowed. Keys given by flag are
         removed from the flags instead.
         """
+        if not is_credential_id(key_id):
+            raise KeyRefused(
+                "no API key with that id (a key id is 64 hex digits)", status=404, code="not_found"
+            )
         record = await self.lookup(key_id)
         if record is None or record.kind != "key":
-            raise KeyRefused(f"no API key {key_id[:80]}", status=404, code="not_found")
+            raise KeyRefused(f"no API key {key_id}", status=404, code="not_found")
         if by is not None and record.workspace != by.workspace:
-            raise KeyRefused(f"no API key {key_id[:80]}", status=404, code="not_found")
+            raise KeyRefused(f"no API key {key_id}", status=404, code="not_found")
         if by is not None and by.credential_id == key_id:
             raise KeyRefused("a key cannot revoke itself", status=409, code="own_key")
         if key_id in self._given:

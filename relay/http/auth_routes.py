@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from ..auth import is_credential_id
 from .access import hub_of, principal_of, require_act, visible_header
 from .middleware import HTTP_METRICS, ApiError
 from .models import TokenBody, WhoAmI, decode_body, json_response, ms_to_time
@@ -40,6 +41,10 @@ async def revoke_token(request: web.Request) -> web.Response:
     hub = hub_of(request)
     principal = await principal_of(request)
     token_id = request.match_info["token_id"]
+    if not is_credential_id(token_id):  # never echoed, never looked up
+        raise ApiError(
+            404, "no session token with that id (a token id is 64 hex digits)", code="not_found"
+        )
     record = await hub.auth.lookup(token_id)
     if record is not None and record.kind == "key" and record.workspace == principal.workspace:
         raise ApiError(

@@ -6,7 +6,7 @@ from typing import Any
 
 from aiohttp import web
 
-from protocol import codec
+from protocol import codec, names
 from protocol.errors import (
     BadCredential,
     Forbidden,
@@ -18,7 +18,13 @@ from protocol.errors import (
 
 from ..faults import reported, shown
 
-__all__ = ["problem", "problem_for_http_error", "problem_from_error", "problem_middleware"]
+__all__ = [
+    "inert_json",
+    "problem",
+    "problem_for_http_error",
+    "problem_from_error",
+    "problem_middleware",
+]
 
 _STATUS_TITLES = {
     400: "Bad Request",
@@ -56,19 +62,33 @@ def problem_for_http_error(request: web.Request, exc: web.HTTPException) -> web.
 
 
 def problem(status: int, detail: str, *, code: str | None = None, **extra: Any) -> web.Response:
-    """A problem+json response."""
+    """A problem+json response.
+
+    ``detail`` may quote what a caller sent (a path's id, a body's value): its control
+    characters are written as escapes (one line in any log or terminal it reaches), and the
+    body's ``<``, ``>`` and ``&`` are JSON escapes, so no browser that sniffs it finds markup.
+    """
     body: dict[str, Any] = {
         "type": f"https://rawp.dev/problems/{code or status}",
         "title": _STATUS_TITLES.get(status, "Error"),
         "status": status,
-        "detail": detail,
+        "detail": names.one_line(detail),
     }
     if code is not None:
         body["code"] = code
     body.update(extra)
     return web.Response(
-        status=status, body=codec.encode_json(body), content_type="application/problem+json"
+        status=status,
+        body=inert_json(codec.encode_json(body)),
+        content_type="application/problem+json",
+        headers={"X-Content-Type-Options": "nosniff"},
     )
+
+
+def inert_json(raw: bytes) -> bytes:
+    """Compact JSON with ``<``, ``>``, ``&`` written as ``\\u`` escapes: the same value to a
+    JSON reader (outside strings compact JSON never holds them), no markup to anything else."""
+    return raw.replace(b"<", b"\\u003c").replace(b">", b"\\u003e").replace(b"&", b"\\u0026")
 
 
 def problem_from_error(exc: RawpError) -> web.Response:

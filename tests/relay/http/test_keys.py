@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from relay.auth import digest
 from relay.server import Master
 from tests.e2e.conftest import API_KEY
 from tests.e2e.conftest import test_settings as settings_for
-from tests.relay.http.conftest import Api
+from tests.relay.http.conftest import Api, Reply
 from tests.support.redis_server import RedisServer
 from tests.support.wire import Peer
 
@@ -387,3 +388,54 @@ async def test_a_key_stored_by_an_earlier_build_keeps_every_scope_and_is_listed(
             assert (await api.get("/v1/whoami", token="rk_from_before")).status == 401
     finally:
         await master.stop()
+
+
+_HOSTILE = "\x1b[31m<script>alert(1)</script>\r\nX-Evil: 1\x07\u2028"
+_HOSTILE_PATH = urllib.parse.quote(_HOSTILE, safe="")
+
+
+def _inert(reply: Reply) -> None:
+    """The body reflects no control character and no markup, in its bytes or its values."""
+    raw = reply.text
+    for bad in ("\x1b", "\r", "\n", "\x07", "\u2028", "<", ">", "\\r", "\\n", "\\u001b"):
+        assert bad not in raw, (bad, raw)
+    detail = reply.problem["detail"]
+    for bad in ("\x1b", "\r", "\n", "\x07", "\u2028"):
+        assert bad not in detail, (bad, detail)
+    assert reply.headers["X-Content-Type-Options"] == "nosniff"
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("DELETE", f"/v1/keys/{_HOSTILE_PATH}"),
+        ("DELETE", f"/v1/tokens/{_HOSTILE_PATH}"),
+        ("GET", f"/v1/sessions/{_HOSTILE_PATH}"),
+        ("DELETE", f"/v1/sessions/{_HOSTILE_PATH}"),
+        ("POST", f"/v1/sessions/{_HOSTILE_PATH}/continue"),
+    ],
+)
+async def test_a_hostile_id_in_the_path_is_inert_in_the_problem_body(
+    api: Api, method: str, path: str
+) -> None:
+    """An id of control characters and HTML in the path comes back as neither (404/400)."""
+    reply = await api.call(method, path)
+    assert reply.status in (400, 404), reply.text
+    _inert(reply)
+
+
+async def test_a_key_id_that_is_not_one_is_not_echoed(api: Api) -> None:
+    """DELETE /v1/keys/{id} with an id that is no digest: 404 naming the form, not the id."""
+    reply = await api.delete(f"/v1/keys/{_HOSTILE_PATH}")
+    assert reply.status == 404, reply.text
+    assert reply.problem["code"] == "not_found"
+    assert "script" not in reply.problem["detail"]
+    assert "64 hex digits" in reply.problem["detail"]
+
+
+async def test_hostile_names_in_key_bodies_come_back_inert(api: Api) -> None:
+    """A key body's unknown scope of markup and escapes is named inertly in the 400."""
+    reply = await api.post("/v1/keys", {"scopes": ["<b>\x1b[2J</b>"]})
+    assert reply.status == 400, reply.text
+    assert reply.problem["code"] == "unknown_scope"
+    _inert(reply)
