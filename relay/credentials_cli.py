@@ -26,6 +26,7 @@ import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from protocol import names
 from protocol.cli_flags import LOCAL_HTTP_URL, add_connection_flags, connection
 from protocol.errors import StoreError
 
@@ -260,7 +261,7 @@ def _admin_call(args: argparse.Namespace, method: str, path: str, body: Any = No
             detail = problem.get("detail", exc.reason)
         except (ValueError, AttributeError):
             detail = exc.reason
-        detail = " ".join(str(detail).split())  # one line, whatever the master said
+        detail = _cell(detail)  # one line and no terminal escapes, whatever the master said
         status = exc.code
         code = EXIT_KEYS_CREDENTIAL if status in (401, 403) else EXIT_KEYS_REFUSED
         if status >= 500:
@@ -295,6 +296,11 @@ def _expiry_ms(args: argparse.Namespace) -> int | None:
     if moment.tzinfo is None:
         raise _Failed("--expires-at needs a time zone (e.g. Z)", EXIT_KEYS_USAGE)
     return int(moment.timestamp() * 1000)
+
+
+def _cell(value: object) -> str:
+    """A received value as terminal text: control characters written as escapes."""
+    return names.one_line(str(value))
 
 
 def _time(ms: int | None) -> str | None:
@@ -345,8 +351,9 @@ def _keys_create(args: argparse.Namespace) -> int:
             )
         print(key)
         print(
-            f"(shown once) key_id {record.digest} · workspace {record.workspace!r} · "
-            f"scopes {','.join(record.scopes or [])}",
+            f"(shown once) key_id {_cell(record.digest)} · workspace "
+            f"{_cell(json.dumps(record.workspace, ensure_ascii=False))} · "
+            f"scopes {_cell(','.join(record.scopes or []))}",
             file=sys.stderr,
         )
         return 0
@@ -385,10 +392,14 @@ def _keys_list(args: argparse.Namespace) -> int:
         head = ("KEY_ID", "WORKSPACE", "SCOPES", "EXPIRES", "LAST USED")
         print(f"{head[0]:<16} {head[1]:<12} {head[2]:<30} {head[3]:<20} {head[4]:<20} NAME")
         for k in keys:
-            name = k["name"] + (" (--api-key)" if k.get("given") else "")
+            # Names and workspaces are whatever a key's creator chose: every cell goes through
+            # the shared terminal escaping (no ESC sequence, no CR forging a row); --json is
+            # the exact value.
+            name = _cell(k["name"]) + (" (--api-key)" if k.get("given") else "")
             print(
-                f"{k['key_id'][:16]:<16} {k['workspace'][:12]:<12} {','.join(k['scopes']):<30} "
-                f"{k['expires_at'] or 'never':<20} {k['last_used_at'] or '-':<20} {name}"
+                f"{_cell(k['key_id'])[:16]:<16} {_cell(k['workspace'])[:12]:<12} "
+                f"{_cell(','.join(k['scopes'])):<30} {_cell(k['expires_at'] or 'never'):<20} "
+                f"{_cell(k['last_used_at'] or '-'):<20} {name}"
             )
         return 0
 
@@ -441,9 +452,9 @@ def _request(args: argparse.Namespace, method: str, path: str, body: Any = None)
     except urllib.error.HTTPError as exc:
         try:
             detail = json.loads(exc.read()).get("detail", exc.reason)
-        except ValueError:
+        except (ValueError, AttributeError):
             detail = exc.reason
-        raise SystemExit(f"{method} {path}: {exc.code} {detail}") from None
+        raise SystemExit(f"{method} {_cell(path)}: {exc.code} {_cell(detail)}") from None
     except urllib.error.URLError as exc:
         raise SystemExit(f"cannot reach {url}: {exc.reason}") from None
 
@@ -455,8 +466,9 @@ def _tokens_create(args: argparse.Namespace) -> int:
     token = _request(args, "POST", f"/v1/sessions/{args.session_id}/tokens", body)
     print(token["token"])
     print(
-        f"(shown once) token_id {token['token_id']} · session {token['session_id']} · "
-        f"grants {token['grants'] or 'none'} · expires {token['expires_at']}",
+        f"(shown once) token_id {_cell(token['token_id'])} · session "
+        f"{_cell(token['session_id'])} · grants {_cell(token['grants'] or 'none')} · "
+        f"expires {_cell(token['expires_at'])}",
         file=sys.stderr,
     )
     return 0

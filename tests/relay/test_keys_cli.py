@@ -200,3 +200,31 @@ def test_every_option_says_its_default_and_variable() -> None:
         assert "--http-url" in text
         assert "--token" in text
         assert text.count("default") >= 4
+
+
+_CONTROLS = ("\x1b", "\r", "\x07", "\x9b", "\u2028")
+
+
+@pytest.mark.timeout(120)
+def test_the_keys_table_escapes_what_a_keys_creator_chose(tmp_path: Path) -> None:
+    """A key's name and workspace with ESC/CR/BEL are escaped in the table, exact in --json."""
+    store = f"sqlite:{tmp_path / 'rawp.db'}"
+    name = "ci\x1b]0;pwned\x07\r\nFAKE ROW\x9b2J\u2028"
+    workspace = "ws\x1b[2J"
+    code, err, _ = _keys(
+        "create", "--store", store, "--scope", "read", "--name", name, "--workspace", workspace
+    )
+    assert code == 0, err
+    for line in err:
+        assert not any(c in line for c in _CONTROLS), line
+    code, err, table = _keys("list", "--store", store)
+    assert code == 0, err
+    assert not any(c in table for c in _CONTROLS), table
+    rows = table.splitlines()
+    assert len(rows) == 2, rows  # the header and one key: no row forged by CR/LF
+    assert "ci\\x1b]0;pwned\\x07\\x0d\\x0aFAKE ROW\\x9b2J\\u2028" in rows[1]
+    assert "ws\\x1b[2J"[:12] in rows[1]
+    code, err, out = _keys("list", "--store", store, "--json")
+    assert code == 0, err
+    [listed] = json.loads(out)["keys"]
+    assert (listed["name"], listed["workspace"]) == (name, workspace)
