@@ -48,6 +48,7 @@ from .frames import (
     History,
     MasterFrame,
     SenderRole,
+    TurnEnd,
 )
 
 __all__ = [
@@ -292,8 +293,6 @@ def _refuse_turn_start(state: SessionState, frame: Frame, role: SenderRole) -> N
 
 def _turn_end_check(state: SessionState, frame: Frame, role: SenderRole) -> None:
     p = frame.payload  # type: ignore[attr-defined]
-    if p.error is not None and p.stop_reason != "error":
-        raise InvalidFrame(f"error is only for stop_reason 'error', not {p.stop_reason!r}")
     if p.turn_id != state.turn_id:
         raise TurnStateError(f"turn_id {p.turn_id} is not the open turn ({state.turn_id})")
     if p.stop_reason == "disconnected" and not frame.synthetic:
@@ -572,7 +571,9 @@ def check(
     (``connection.ack`` is accepted and never changes the session — the connection layer
     handles it, it is not logged; ``hello``/``welcome`` are ``invalid_frame`` after the
     handshake), then synthetic frames from a participant, then ``not_allowed`` once the
-    session is terminated, then the phase's rule. ``session.history`` is refused here: it is
+    session is terminated, then the frame's own payload rules (a ``session.turn.end`` with
+    ``error`` but another ``stop_reason``: ``invalid_frame``, open turn or not), then the
+    phase's rule. ``session.history`` is refused here: it is
     checked and folded by :func:`protocol.finalize.plan_history`.
     """
     if isinstance(frame, GenericFrame):
@@ -588,6 +589,8 @@ def check(
         raise InvalidFrame(f"{tag} is only valid as the first frame of a connection")
     if frame.synthetic and role != "master":
         raise InvalidFrame("metadata.synthetic frames are made by the master only (§7.8.1)")
+    if state.phase is not Phase.TERMINATED:
+        _frame_rules(frame)
     rule = TABLE.get((state.phase, tag))
     if rule is None:
         if state.phase is Phase.TERMINATED:
@@ -605,6 +608,17 @@ def check(
             )
         ]
     return []
+
+
+def _frame_rules(frame: Frame) -> None:
+    """Rules of a frame's own payload, judged before any rule of the session's phase: a
+    frame that contradicts itself is refused for that, whatever turn is open or not."""
+    if isinstance(frame, TurnEnd):
+        p = frame.payload
+        if p.error is not None and p.stop_reason != "error":
+            raise InvalidFrame(
+                f"error is only for stop_reason 'error', not {p.stop_reason!r} (notes §17.4)"
+            )
 
 
 def effect_of(frame: Frame | GenericFrame, role: SenderRole) -> Effect:

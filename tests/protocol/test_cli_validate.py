@@ -298,3 +298,20 @@ def test_messages_name_what_a_value_must_be(tmp_path: Path, capsys: Any) -> None
     assert code == 1
     assert "`payload.turn_id` must be a UUID v4" in out[0]
     assert "did you mean 'user.message'?" in out[1]
+
+
+@pytest.mark.parametrize("where", ["no turn open", "another turn open", "its turn open"])
+def test_an_error_on_a_turn_end_that_did_not_fail_is_named_before_turn_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    """A turn.end with error but stop_reason end_turn is refused for that, open turn or not."""
+    turn_id, other = str(uuid.uuid4()), str(uuid.uuid4())
+    error = {"code": "model_overloaded", "message": "overloaded"}
+    before = [] if where == "no turn open" else turn_frames(turn_id)[:1]
+    ended = other if where == "another turn open" else turn_id
+    bad = frame("session.turn.end", {"turn_id": ended, "stop_reason": "end_turn", "error": error})
+    for options in ((), ("--sequence",)):
+        code, out, _ = run(tmp_path, capsys, jsonl(*before, bad), *options)
+        assert code == 1, (options, out)
+        assert out[-1].startswith(f"{len(before) + 1} invalid invalid_frame: "), (options, out)
+        assert "error is only for stop_reason 'error'" in out[-1], (options, out)

@@ -161,9 +161,6 @@ const refuseTurnStart: Fn = (state) => {
 };
 const turnEndCheck: Fn = (state, frame) => {
   const p = payload(frame);
-  if (p.error != null && p.stop_reason !== "error") {
-    throw err("invalid_frame", `error is only for stop_reason 'error', not '${p.stop_reason}'`);
-  }
   if (p.turn_id !== state.turnId) throw err("turn_state", `turn_id ${p.turn_id} is not the open turn (${state.turnId})`);
   if (p.stop_reason === "disconnected" && !isSynthetic(frame)) {
     throw err("turn_state", "stop_reason 'disconnected' is reserved for synthetic frames (§7.8.1)");
@@ -359,6 +356,17 @@ TABLE.set(key("terminated", "session.status"), rule(masterNoticeOnly, nothing));
  * Check `frame` from `role` without changing `state`: throws the ProtocolError that refuses
  * it; returns warnings (usage_missing) that do not.
  */
+/** Rules of a frame's own payload, judged before any rule of the phase: a frame that
+ * contradicts itself is refused for that, whatever turn is open or not (notes §17.4). */
+function frameRules(frame: KnownFrame): void {
+  if (frame.type === "session.turn.end") {
+    const p = payload(frame);
+    if (p.error != null && p.stop_reason !== "error") {
+      throw err("invalid_frame", `error is only for stop_reason 'error', not '${p.stop_reason}' (notes §17.4)`);
+    }
+  }
+}
+
 export function check(state: SessionState, frame: Frame, role: SenderRole): ProtocolError[] {
   if (!isKnown(frame)) {
     if (state.phase === "terminated") refuseTerminated(state, frame as KnownFrame, role);
@@ -373,6 +381,7 @@ export function check(state: SessionState, frame: Frame, role: SenderRole): Prot
   if (isSynthetic(frame) && role !== "master") {
     throw err("invalid_frame", "metadata.synthetic frames are made by the master only (§7.8.1)");
   }
+  if (state.phase !== "terminated") frameRules(frame);
   const r = TABLE.get(key(state.phase, tag));
   if (r === undefined) {
     if (state.phase === "terminated") refuseTerminated(state, frame, role);
