@@ -32,6 +32,8 @@ __all__ = [
     "RenameBody",
     "RunErrorOut",
     "SessionOut",
+    "StreamGap",
+    "StreamReset",
     "TokenBody",
     "TokenOut",
     "UsageOut",
@@ -53,6 +55,23 @@ VaultIds = Annotated[list[SessionId], msgspec.Meta(max_length=10)]
 """≤ 10 opaque ids, each of the id grammar (notes §17.6)."""
 
 _T = TypeVar("_T")
+
+
+class StreamGap(msgspec.Struct, kw_only=True):
+    """SSE ``event: stream.gap`` (no id): retention trimmed these seqs under the cursor."""
+
+    from_seq: int
+    to_seq: int
+    reason: Literal["trimmed"] = "trimmed"
+
+
+class StreamReset(msgspec.Struct, kw_only=True):
+    """SSE ``event: stream.reset`` (no id): the cursor is past this log's head, so it is not
+    from this log; the stream goes on from ``head_seq``."""
+
+    reason: Literal["cursor_ahead"]
+    last_event_id: int
+    head_seq: int
 
 
 class TokenBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=False):

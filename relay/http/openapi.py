@@ -31,6 +31,8 @@ from .models import (
     KeyOut,
     RenameBody,
     SessionOut,
+    StreamGap,
+    StreamReset,
     TokenBody,
     TokenOut,
     WhoAmI,
@@ -42,6 +44,7 @@ __all__ = [
     "OPERATIONS",
     "Operation",
     "Param",
+    "SseEvent",
     "add_openapi_route",
     "describe",
     "openapi_document",
@@ -216,6 +219,18 @@ class Operation:
     params: tuple[Param, ...] = ()
     tags: tuple[str, ...] = ("sessions",)
     problems: tuple[str, ...] = field(default=("400", "401", "403", "404", "409", "422", "503"))
+    events: tuple[SseEvent, ...] = ()
+    """A stream's SSE event names and the model of each one's ``data`` (``x-sse-events`` on
+    its 200 answer, and named in the answer's description)."""
+
+
+@dataclass(frozen=True)
+class SseEvent:
+    """One ``event:`` name of a Server-Sent Events stream."""
+
+    name: str
+    data: type[Any]
+    description: str
 
 
 def _int(minimum: int | None = None, maximum: int | None = None) -> dict[str, Any]:
@@ -285,6 +300,25 @@ OPERATIONS: Final[dict[tuple[str, str], Operation]] = {
     ("GET", "/v1/sessions/{session_id}/events/stream"): Operation(
         "the log as Server-Sent Events (id: seq), resumable; ends with session.deleted",
         {"200": (None, "text/event-stream", "one event per log entry, then live")},
+        events=(
+            SseEvent(
+                "<frame type>",
+                StampedEvent,
+                "one per log entry: event is its frame type, id its seq, data the stamped frame",
+            ),
+            SseEvent(
+                "stream.gap",
+                StreamGap,
+                "no id: retention trimmed from_seq..to_seq under the cursor; the stream goes "
+                "on after to_seq",
+            ),
+            SseEvent(
+                "stream.reset",
+                StreamReset,
+                "no id: the cursor (Last-Event-ID or after_seq) is past this log's head; the "
+                "stream goes on from head_seq",
+            ),
+        ),
         params=(
             Param("after_seq", _int(0), "start after this seq (default: the head)"),
             Param("access_token", {"type": "string"}, "the credential, for EventSource"),
@@ -446,6 +480,7 @@ def describe(app: web.Application) -> dict[str, Any]:
         if op.body is not None:
             models.add(op.body)
         models.update(m for m, _media, _desc in op.answers.values() if m is not None)
+        models.update(event.data for event in op.events)
     ordered = sorted(models, key=lambda m: m.__name__)
     refs, components = msgspec.json.schema_components(
         ordered, ref_template="#/components/schemas/{name}"
@@ -511,6 +546,13 @@ def _operation(
             for i, kind in enumerate(kinds)
         }
         responses[status] = {"description": description, "content": content}
+        if op.events and status == "200":
+            names = ", ".join(event.name for event in op.events)
+            responses[status]["description"] = f"{description}; events: {names}"
+            responses[status]["x-sse-events"] = {
+                event.name: {"description": event.description, "data": ref_of[event.data]}
+                for event in op.events
+            }
     for status in op.problems:
         if status not in responses:
             responses[status] = {

@@ -41,6 +41,7 @@ from .access import hub_of, int_query, loaded_session, require_act, visible_head
 from .context import authenticate
 from .hardening import peer_gone
 from .middleware import HTTP_METRICS, ApiError
+from .models import StreamGap, StreamReset
 
 __all__ = [
     "STREAMS",
@@ -201,7 +202,7 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
             # The cursor is not in this log (another session of that id, or a made-up id):
             # say so and go on from the head, as a WebSocket resume past the head gets a
             # truncated history — never wait, silent, for seqs this log will not reach.
-            reset = {"reason": "cursor_ahead", "last_event_id": stream.last, "head_seq": head}
+            reset = StreamReset(reason="cursor_ahead", last_event_id=stream.last, head_seq=head)
             await response.write(b"event: stream.reset\ndata: %s\n\n" % codec.encode_json(reset))
             stream.last = head
         await _catch_up(stream, session)
@@ -286,7 +287,7 @@ async def _catch_up(stream: EventStream, session: Session, before: int | None = 
     store = session.store
     first = await store.trimmed_before(session.id)
     if stream.last + 1 < first:
-        gap = {"from_seq": stream.last + 1, "to_seq": first - 1, "reason": "trimmed"}
+        gap = StreamGap(from_seq=stream.last + 1, to_seq=first - 1)
         await stream.response.write(b"event: stream.gap\ndata: %s\n\n" % codec.encode_json(gap))
         stream.last = first - 1
     while not stream.done:

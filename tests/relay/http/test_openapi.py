@@ -81,3 +81,18 @@ def test_every_error_code_in_the_http_docs_is_one_the_server_answers() -> None:
         if isinstance(cls, type) and issubclass(cls, protocol_errors.RawpError)
     }
     assert documented <= produced, sorted(documented - produced)
+
+
+async def test_the_sse_stream_names_its_event_kinds(api: Api) -> None:
+    """The events stream lists stream.gap and stream.reset beside the log's frames."""
+    document = (await api.get("/openapi.json", token=None)).body
+    answer = document["paths"]["/v1/sessions/{session_id}/events/stream"]["get"]["responses"]
+    events = answer["200"]["x-sse-events"]
+    assert {"stream.gap", "stream.reset"} <= set(events)
+    assert "stream.gap" in answer["200"]["description"]
+    assert "stream.reset" in answer["200"]["description"]
+    schemas = document["components"]["schemas"]
+    gap = schemas[events["stream.gap"]["data"]["$ref"].rsplit("/", 1)[1]]
+    assert set(gap["properties"]) == {"from_seq", "to_seq", "reason"}
+    reset = schemas[events["stream.reset"]["data"]["$ref"].rsplit("/", 1)[1]]
+    assert set(reset["properties"]) == {"reason", "last_event_id", "head_seq"}
