@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+from yarl import URL
 
+from . import names
 from .client_errors import ClientError
 
 __all__ = ["ContinuedSession", "continue_session"]
@@ -51,7 +53,12 @@ async def continue_session(
         body["session_id"] = new_session_id
     if name is not None:
         body["name"] = name
-    url = f"{http_url.rstrip('/')}/v1/sessions/{session_id}/continue"
+    # The id is one path segment whatever it holds: percent-encoded whole (the master's
+    # router decodes it back) and sent as it is: aiohttp's requoting would decode it again
+    # and resolve an id of dots ("..") away as a dot segment.
+    base = URL(http_url.rstrip("/"))
+    path = f"{base.raw_path.rstrip('/')}/v1/sessions/{names.path_segment(session_id)}/continue"
+    url = base.with_path(path, encoded=True)
     headers = {"Authorization": f"Bearer {api_key}"}
     async with (
         aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as http,

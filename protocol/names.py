@@ -16,6 +16,7 @@ kept) first.
 from __future__ import annotations
 
 import re
+import urllib.parse
 from typing import Final
 
 from .errors import InvalidFrame
@@ -30,6 +31,7 @@ __all__ = [
     "is_session_id",
     "not_a_session_id",
     "one_line",
+    "path_segment",
     "text_body",
 ]
 
@@ -86,3 +88,12 @@ def one_line(text: str) -> str:
 def text_body(text: str) -> str:
     """Multi-line ``text``: CRLF/CR made LF, every control character but LF and tab escaped."""
     return _CONTROL_BUT_NEWLINE.sub(_escape, text.replace("\r\n", "\n").replace("\r", "\n"))
+
+
+def path_segment(text: str) -> str:
+    """``text`` as one URL path segment, already percent-encoded: every character but
+    ``A-Z a-z 0-9 - . _ ~`` escaped (``:`` too), and a segment of dots only (``.``, ``..``,
+    both valid session ids) written ``%2E`` so no URL parser takes it for a dot segment and
+    resolves it away. Send it as an *encoded* URL (no requoting, which would undo both)."""
+    segment = urllib.parse.quote(text, safe="")
+    return segment.replace(".", "%2E") if segment.strip(".") == "" else segment

@@ -463,7 +463,8 @@ def _tokens_create(args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"grants": sorted(set(args.grant))}
     if args.ttl is not None:
         body["ttl_s"] = args.ttl
-    token = _request(args, "POST", f"/v1/sessions/{args.session_id}/tokens", body)
+    path = f"/v1/sessions/{names.path_segment(args.session_id)}/tokens"
+    token = _request(args, "POST", path, body)
     print(token["token"])
     print(
         f"(shown once) token_id {_cell(token['token_id'])} · session "

@@ -15,7 +15,9 @@ from typing import Any
 
 import aiohttp
 import pytest
+from yarl import URL
 
+from protocol import names
 from protocol.client import ClientError, RawpClient, continue_session
 from relay.server import Master
 from relay.store.sqlite import SqliteStore
@@ -62,7 +64,10 @@ async def call(master: MasterProcess, method: str, path: str, body: Any = None) 
     """One HTTP request; (status, JSON answer or text)."""
     async with (
         aiohttp.ClientSession() as http,
-        http.request(method, master.http_url + path, json=body, headers=AUTH) as answer,
+        # Sent as written (encoded): ids below are written as path segments already.
+        http.request(
+            method, URL(master.http_url + path, encoded=True), json=body, headers=AUTH
+        ) as answer,
     ):
         if answer.content_type == "application/json" or "json" in answer.content_type:
             return answer.status, await answer.json(content_type=None)
@@ -91,7 +96,8 @@ async def ended(master: MasterProcess, session_id: str) -> dict[str, Any]:
     """Wait until the session ended (archived); its GET answer."""
     async with asyncio.timeout(20):
         while True:
-            status, got = await call(master, "GET", f"/v1/sessions/{session_id}")
+            path = f"/v1/sessions/{names.path_segment(session_id)}"
+            status, got = await call(master, "GET", path)
             if status == 200 and got["status"] == "terminated":
                 return dict(got)
             await asyncio.sleep(0.1)
@@ -262,3 +268,16 @@ async def test_python_client_continues_and_the_agent_reads_its_history(
         await agent.close()
     with pytest.raises(ClientError, match="not_ended"):
         await continue_session(short_master.http_url, made.session_id, api_key=KEY)
+
+
+async def test_python_client_continues_ids_that_need_encoding(short_master: MasterProcess) -> None:
+    """continue_session() reaches the session whose id holds ':' or is '..' (one encoded path
+    segment the master decodes back), never another route or a parent path."""
+    for session_id in ("s:py.1", ".."):
+        await expired_session(short_master, session_id)
+        made = await continue_session(short_master.http_url, session_id, api_key=KEY)
+        assert (made.created, made.parent_session_id) == (True, session_id)
+        again = await continue_session(
+            short_master.http_url, session_id, api_key=KEY, new_session_id=made.session_id
+        )
+        assert (again.created, again.session_id) == (False, made.session_id)

@@ -94,3 +94,19 @@ def test_check_session_id_names_the_grammar_and_escapes_what_it_echoes() -> None
         names.check_session_id("bad\nid: 1")
     assert "\n" not in info.value.message
     assert "A-Z a-z 0-9 . _ : -" in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("text", "segment"),
+    [
+        ("s-py", "s-py"),
+        ("a:b.c_d", "a%3Ab.c_d"),
+        (".", "%2E"),
+        ("..", "%2E%2E"),
+        ("...", "%2E%2E%2E"),
+        ("a/../b", "a%2F..%2Fb"),
+    ],
+)
+def test_a_path_segment_is_one_segment_no_parser_resolves_away(text: str, segment: str) -> None:
+    """Every reserved character is escaped, and an id of dots only is written %2E."""
+    assert names.path_segment(text) == segment
