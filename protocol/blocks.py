@@ -19,6 +19,7 @@ __all__ = [
     "Notice",
     "NoticeBlock",
     "NoticeKind",
+    "RunError",
     "TextBlock",
     "ThinkingBlock",
     "ToolCallBlock",
@@ -40,6 +41,14 @@ class _Block(msgspec.Struct, kw_only=True, tag_field="kind"):
     turn_id: str | None = None
 
 
+class RunError(msgspec.Struct, kw_only=True):
+    """Why a run failed: a ``session.turn.end``'s ``error {code, message}`` (notes §17.4),
+    as the agent wrote it (escape it where it is shown)."""
+
+    code: str
+    message: str
+
+
 class TurnBlock(_Block, tag="turn"):
     """One turn (§7.5): opened by ``session.turn.start``, closed by ``session.turn.end``."""
 
@@ -49,6 +58,7 @@ class TurnBlock(_Block, tag="turn"):
     stop_reason: str | None = None
     tool_invocation_count: int | None = None
     synthetic: bool = False  # ended by a synthetic turn end (§7.8.1 "disconnected")
+    error: RunError | None = None  # a failed run's error (stop_reason "error")
 
 
 class TextBlock(_Block, tag="text"):

@@ -13,6 +13,7 @@ from .blocks import (
     CompactionBlock,
     InteractionBlock,
     NoticeBlock,
+    RunError,
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
@@ -194,6 +195,9 @@ class BlockRenderer:
             turn.stop_reason = p.stop_reason
             turn.tool_invocation_count = p.tool_invocation_count
             turn.synthetic = synthetic
+            turn.error = (
+                None if p.error is None else RunError(code=p.error.code, message=p.error.message)
+            )
         # Open text and thinking blocks end with the turn (notes §15.8).
         blocks: list[TextBlock | ThinkingBlock] = [*self._text.values(), *self._thinking.values()]
         for block in blocks:

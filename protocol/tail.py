@@ -156,7 +156,9 @@ class TailPrinter:
             calls = p_end.tool_invocation_count
             tools = f", {calls} tool call(s)" if calls is not None else ""
             self._finalized_turn = index if frame.synthetic else None
-            self._line(f"── turn {index} ended: {p_end.stop_reason}{tools}{synthetic} ──")
+            # A failed run says why on the same line (escaped by _line: the agent wrote it).
+            failed = "" if p_end.error is None else f" ({p_end.error.code}: {p_end.error.message})"
+            self._line(f"── turn {index} ended: {p_end.stop_reason}{failed}{tools}{synthetic} ──")
         elif isinstance(frame, ThinkingDelta):
             self._stream(frame.payload.block_id, "  thinking: ", frame.payload.delta)
         elif isinstance(frame, ThinkingDone):

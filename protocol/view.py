@@ -51,6 +51,7 @@ from .blocks import (
     InteractionBlock,
     Notice,
     NoticeBlock,
+    RunError,
     TextBlock,
     ThinkingBlock,
     ToolCallBlock,
@@ -83,6 +84,7 @@ __all__ = [
     "InteractionBlock",
     "Notice",
     "NoticeBlock",
+    "RunError",
     "SavedEntry",
     "SessionView",
     "TextBlock",
@@ -164,6 +166,18 @@ class SessionView:
     def status(self) -> Status:
         """idle / running / requires_action / terminated (seed 000)."""
         return status(self.state)
+
+    @property
+    def stop_reason(self) -> str | None:
+        """How the last run ended (``end_turn``, ``error``, …); None before the first end."""
+        return self.state.stop_reason
+
+    @property
+    def last_error(self) -> RunError | None:
+        """Why the last run failed (its turn end's ``error``), or None when it did not
+        (notes §17.4); the same as ``GET /v1/sessions/{id}``'s ``last_error``."""
+        error = self.state.last_error
+        return None if error is None else RunError(code=error[0], message=error[1])
 
     @property
     def agent_state(self) -> str:

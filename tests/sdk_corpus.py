@@ -65,6 +65,8 @@ def _result(view: SessionView) -> dict[str, Any]:
         "totals": msgspec.to_builtins(view.totals),
         "notices": msgspec.to_builtins(view.notices),
         "status": view.status,
+        "stop_reason": view.stop_reason,
+        "last_error": msgspec.to_builtins(view.last_error),
         "agent_state": view.agent_state,
         "name": view.name,
         "last_seq": view.last_seq,

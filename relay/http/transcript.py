@@ -116,7 +116,13 @@ def _render(block: Block) -> list[str]:
     mark = " *(synthetic)*" if getattr(block, "synthetic", False) else ""
     if isinstance(block, TurnBlock):
         ended = f" — {block.stop_reason}" if block.ended else " — open"
-        return [f"## Turn {block.turn_index + 1}{ended}{mark}"]
+        lines = [f"## Turn {block.turn_index + 1}{ended}{mark}"]
+        if block.error is not None:  # why the run failed, as text (the agent wrote it)
+            lines += [
+                "",
+                f"**Run failed** {code_span(block.error.code)}: {inline_text(block.error.message)}",
+            ]
+        return lines
     if isinstance(block, UserMessageBlock):
         return ["**User:**", "", _quote(block.text)]
     if isinstance(block, TextBlock):

@@ -62,7 +62,13 @@ def turn_start(turn_id: str, index: int, **kw: Any) -> F.Frame:
 
 
 def turn_end(turn_id: str, stop_reason: str = "end_turn", **kw: Any) -> F.Frame:
-    payload = F.TurnEndPayload(turn_id=turn_id, stop_reason=stop_reason)  # type: ignore[arg-type]
+    # A failed run says why (notes §17.4), so the views' last_error is exercised too.
+    error = F.TurnError(code="model_overloaded", message="overloaded: retry\nlater")
+    payload = F.TurnEndPayload(
+        turn_id=turn_id,
+        stop_reason=stop_reason,  # type: ignore[arg-type]
+        error=error if stop_reason == "error" else None,
+    )
     return build(F.TurnEnd, payload, **kw)
 
 

@@ -187,3 +187,17 @@ def test_an_expiry_reads_ended_with_its_window_never_deleted() -> None:
     text = printed([expiry])
     assert "ended: the agent did not come back within 7 days" in text
     assert "deleted" not in text
+
+
+def test_a_failed_run_says_why_on_one_escaped_line() -> None:
+    """A turn that ended in error prints its code and message on the turn's end line, with
+    the message's newlines and escapes written out (the agent wrote them)."""
+    turn = S.uuid4(1)
+    end = S.turn_end(turn, "error")
+    failure = F.TurnError(code="model_overloaded", message="over\x1b[2Jloaded\r\nFAKE")
+    end = msgspec.structs.replace(end, payload=msgspec.structs.replace(end.payload, error=failure))
+    text = printed([S.turn_start(turn, 0), end])
+    assert text.splitlines() == [
+        "── turn 1 ──",
+        "── turn 1 ended: error (model_overloaded: over\\x1b[2Jloaded\\x0d\\x0aFAKE) ──",
+    ]

@@ -16,6 +16,7 @@ from protocol.view import (
     CompactionBlock,
     InteractionBlock,
     NoticeBlock,
+    RunError,
     SessionView,
     TextBlock,
     ThinkingBlock,
@@ -392,3 +393,26 @@ def test_a_withdrawn_question_is_marked_with_its_reason() -> None:
     assert asks["i1"].withdraw_reason == "timed out"
     assert asks["i2"].status == "answered"
     assert view.status == "running"
+
+
+def test_a_failed_run_is_the_views_last_error_and_its_turns_error() -> None:
+    """A turn ending in error: its block carries the error, the view's last_error and
+    stop_reason say so; the next run that ends well clears last_error, not the old turn's."""
+    log = Log()
+    view = SessionView(S.SESSION_ID)
+    first, second = S.uuid4(1), S.uuid4(2)
+    frames = [
+        (S.turn_start(first, 0), "client"),
+        (S.turn_end(first, "error"), "client"),
+        (S.usage(), "client"),
+    ]
+    for frame, role in frames:
+        view.receive(log.add(frame, role))  # type: ignore[arg-type]
+    failure = RunError(code="model_overloaded", message="overloaded: retry\nlater")
+    assert (view.stop_reason, view.last_error) == ("error", failure)
+    [turn] = [b for b in view.blocks if isinstance(b, TurnBlock)]
+    assert turn.error == failure
+    for frame, role in [(S.turn_start(second, 1), "client"), (S.turn_end(second), "client")]:
+        view.receive(log.add(frame, role))  # type: ignore[arg-type]
+    assert (view.stop_reason, view.last_error) == ("end_turn", None)
+    assert [b.error for b in view.blocks if isinstance(b, TurnBlock)] == [failure, None]

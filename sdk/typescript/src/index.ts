@@ -36,6 +36,7 @@ export type {
   InteractionBlock,
   Notice,
   NoticeBlock,
+  RunError,
   TextBlock,
   ThinkingBlock,
   ToolCallBlock,

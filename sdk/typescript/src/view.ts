@@ -30,6 +30,13 @@ export interface TurnBlock extends BlockBase {
   stop_reason: string | null;
   tool_invocation_count: number | null;
   synthetic: boolean;
+  /** A failed run's error (stop_reason "error"; notes §17.4), as the agent wrote it. */
+  error: RunError | null;
+}
+/** Why a run failed: a session.turn.end's `error {code, message}`. Escape it where shown. */
+export interface RunError {
+  code: string;
+  message: string;
 }
 export interface TextBlock extends BlockBase {
   kind: "text";
@@ -206,6 +213,7 @@ class Renderer {
         const turn: TurnBlock = {
           kind: "turn", ...base, turn_id: p.turn_id, turn_index: p.turn_index, mode: nul(p.mode),
           ended: false, stop_reason: null, tool_invocation_count: null, synthetic: false,
+          error: null,
         };
         this.turns.set(p.turn_id, turn);
         this.blocks.push(turn);
@@ -329,6 +337,7 @@ class Renderer {
       turn.stop_reason = p.stop_reason;
       turn.tool_invocation_count = nul(p.tool_invocation_count);
       turn.synthetic = synthetic;
+      turn.error = p.error == null ? null : { code: String(p.error.code), message: String(p.error.message) };
     }
     for (const block of [...this.text.values(), ...this.thinking.values()]) {
       if (block.turn_id === p.turn_id && !block.done) {
@@ -449,6 +458,16 @@ export class SessionView {
   }
   get status(): Status {
     return statusOf(this.state);
+  }
+  /** How the last run ended (`end_turn`, `error`, …); null before the first end. */
+  get stopReason(): string | null {
+    return this.state.stopReason;
+  }
+  /** Why the last run failed, or null when it did not (notes §17.4): the same as
+   * `GET /v1/sessions/{id}`'s `last_error`. */
+  get lastError(): RunError | null {
+    const e = this.state.lastError;
+    return e === null ? null : { code: e.code, message: e.message };
   }
   get agentState(): string {
     return this.state.agentState;

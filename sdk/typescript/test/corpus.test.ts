@@ -27,6 +27,8 @@ export function viewResult(view: SessionView): unknown {
     totals: view.totals,
     notices: view.notices,
     status: view.status,
+    stop_reason: view.stopReason,
+    last_error: view.lastError,
     agent_state: view.agentState,
     name: view.name,
     last_seq: view.lastSeq,

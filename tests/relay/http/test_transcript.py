@@ -83,3 +83,26 @@ async def test_markdown_usage_reads_as_prose(api: Api, master: Master) -> None:
     text = (await api.get("/v1/sessions/s-md-none/export?format=md")).text
     assert "- **Usage:** 0 input / 0 output tokens — 0 turns\n" in text
     await empty.close()
+
+
+async def test_markdown_says_why_a_run_failed_as_text(api: Api, master: Master) -> None:
+    """A failed turn's error code and message follow its heading, escaped: no control
+    character, no forged heading or markup."""
+    client = await Peer.open(master.ws_url, "s-md-failed", token=API_KEY, create=True)
+    turn = new_turn_id()
+    failure = {"code": "model_overloaded", "message": EVIL}
+    await client.send("session.turn.start", {"turn_id": turn, "turn_index": 0})
+    await client.send(
+        "session.turn.end", {"turn_id": turn, "stop_reason": "error", "error": failure}
+    )
+    await client.send("session.usage", usage_payload(turn))
+    await wait_head(api, "s-md-failed", 4)
+    text = (await api.get("/v1/sessions/s-md-failed/export?format=md")).text
+    assert not [c for c in CONTROLS if c != "\n" and c in text]
+    lines = text.split("\n")
+    assert [line for line in lines if line.startswith("#")][1:] == ["## Turn 1 — error"]
+    [failed] = [line for line in lines if line.startswith("**Run failed**")]
+    assert failed.startswith("**Run failed** `model_overloaded`: x")
+    assert "\\<b\\>" in failed
+    assert "Turn 99" in failed  # the forged heading is inside the one escaped line
+    await client.close()
