@@ -8,7 +8,8 @@ import { BoundedBuffer, selectBacklog } from "../src/buffers.js";
 import { Backoff } from "../src/client.js";
 import { decode } from "../src/codec.js";
 import { memoryStore, webStore } from "../src/persistence.js";
-import { allowedTypes } from "../src/state.js";
+import { continueSession } from "../src/continue.js";
+import { SessionState, check, allowedTypes } from "../src/state.js";
 import { SessionView, pyRepr } from "../src/view.js";
 import { packageDir, repoDir } from "./helpers.js";
 
@@ -173,4 +174,48 @@ test("the library imports nothing from Node, so it runs unchanged in a browser",
     const text = readFileSync(f, "utf8");
     assert.doesNotMatch(text, /from "node:|require\(|\bprocess\.|\bBuffer\b/, f);
   }
+});
+
+const failedTurn = "00000001-0000-4000-8000-000000000001";
+const stamped = (seq: number, type: string, payload: unknown) => ({
+  type, message_id: `m-${seq}`, session_id: "s", timestamp: "2026-11-29T09:00:00Z", seq,
+  sender: { role: "client", participant_id: "p" }, payload,
+});
+
+test("a failed run is the view's lastError and its turn block's error (notes §17.4)", () => {
+  const view = new SessionView("s");
+  const failure = { code: "model_overloaded", message: "the model is overloaded" };
+  for (const f of [
+    stamped(1, "session.turn.start", { turn_id: failedTurn, turn_index: 0 }),
+    stamped(2, "session.turn.end", { turn_id: failedTurn, stop_reason: "error", error: failure }),
+  ]) {
+    const d = decode(JSON.stringify(f));
+    assert.ok(d.ok);
+    view.receive(d.frame);
+  }
+  assert.equal(view.stopReason, "error");
+  assert.deepEqual(view.lastError, failure);
+  const turn = view.blocks.find((b) => b.kind === "turn");
+  assert.ok(turn && turn.kind === "turn");
+  assert.deepEqual(turn.error, failure);
+});
+
+test("a turn end with error but another stop_reason is refused for that before any turn rule", () => {
+  const f = decode(JSON.stringify(stamped(1, "session.turn.end", {
+    turn_id: failedTurn, stop_reason: "end_turn", error: { code: "x", message: "y" },
+  })));
+  assert.ok(f.ok);
+  // No turn is open: the frame's own contradiction is still what is named.
+  assert.throws(() => check(new SessionState(), f.frame, "client"), (e: Error & { code?: string }) =>
+    e.code === "invalid_frame" && e.message.includes("error is only for stop_reason 'error'"));
+});
+
+test("continueSession sends the session id as one encoded path segment", async () => {
+  const urls: string[] = [];
+  const fake = async (url: string | URL | Request) => {
+    urls.push(String(url));
+    return new Response(JSON.stringify({ session: { session_id: "s-new", parent_session_id: "a:b/c", seed_length: 1 }, created: true, token: null }), { status: 201 });
+  };
+  await continueSession("http://127.0.0.1:1/", "a:b/c?d#e", { apiKey: "k", fetch: fake as typeof fetch });
+  assert.deepEqual(urls, ["http://127.0.0.1:1/v1/sessions/a%3Ab%2Fc%3Fd%23e/continue"]);
 });
