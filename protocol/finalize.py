@@ -154,7 +154,7 @@ def plan_history(
         # Without this an edge could retract the master's finalization with an empty history.
         raise DirectionError(f"a {role} may not send session.history (notes §4)")
     if state.phase is Phase.TERMINATED:
-        raise NotAllowed("the session was deleted; no further frames are accepted")
+        raise NotAllowed("the session has ended; no further frames are accepted")
     # A participant's history decides the finalization in effect (§7.8.3); the master's
     # backlog decides only one this view made itself — the log's own synthetic frames stay
     # (record included) until the client's history entry inside the backlog retracts them.

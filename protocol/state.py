@@ -492,7 +492,7 @@ def _status_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
 
 
 def _refuse_terminated(state: SessionState, frame: Frame, role: SenderRole) -> None:
-    raise NotAllowed("the session was deleted; no further frames are accepted")
+    raise NotAllowed("the session has ended; no further frames are accepted")
 
 
 def _master_notice_only(state: SessionState, frame: Frame, role: SenderRole) -> None:

@@ -65,19 +65,30 @@ async def test_a_busy_agent_refuses_and_the_text_stays(browser: Any, master: Mas
     await client.close()
 
 
+_MARKUP = '<img src=x onerror="window.__xss=1"><b>bold</b>'
+
+
 async def test_a_failed_run_says_why(browser: Any, master: Master) -> None:
-    """A run that ended in error shows its code and message."""
+    """A run that ended in error shows its code and message, in the session's header and
+    under the turn's own header, as text: markup in the message stays literal."""
     client: Peer = await agent(master, "s-failed")
     page = await open_dashboard(browser, master, "s-failed")
     turn = new_turn_id()
     await client.send("session.turn.start", {"turn_id": turn, "turn_index": 0})
-    failure = {"code": "model_overloaded", "message": "the model is overloaded"}
+    failure = {"code": "model_overloaded", "message": f"the model is overloaded {_MARKUP}"}
     await client.send(
         "session.turn.end", {"turn_id": turn, "stop_reason": "error", "error": failure}
     )
     await client.send("session.usage", usage_payload(turn))
     failed = page.locator("#run-failed")
     await expect(failed).to_contain_text("model_overloaded")
-    await expect(failed).to_contain_text("the model is overloaded")
+    await expect(failed).to_contain_text(f"the model is overloaded {_MARKUP}")
+    in_turn = page.locator("#transcript .turn-error")
+    await expect(in_turn).to_have_count(1)
+    await expect(in_turn).to_contain_text("Run failed")
+    await expect(in_turn.locator("code")).to_have_text("model_overloaded")
+    await expect(in_turn).to_contain_text(_MARKUP)
+    assert await page.locator("#transcript img, #run-failed img, #transcript b").count() == 0
+    assert await page.evaluate("window.__xss") is None
     await clean(page)
     await client.close()

@@ -41,3 +41,30 @@ def test_deletions_stay_deletions() -> None:
         "deleted",
         "session deleted (user_request, by edge)",
     )
+
+
+def test_a_frame_after_an_expiry_is_refused_as_after_an_end_not_a_deletion() -> None:
+    """Sending into a session its window ended: the refusal says it has ended (no "deleted")."""
+    from protocol import frames as F
+    from protocol.errors import NotAllowed
+    from protocol.state import check
+    from protocol.view import SessionView
+
+    from . import strategies as S
+
+    view = SessionView(S.SESSION_ID)
+    expiry = F.Deleted(
+        payload=F.DeletedPayload(
+            session_id=S.SESSION_ID, reason="timeout", deleted_by="system", reattach_window_ms=1000
+        ),
+        message_id="m-end",
+        session_id=S.SESSION_ID,
+        timestamp=S.deleted().timestamp,
+        seq=1,
+        sender=S.MASTER,
+    )
+    view.receive(expiry)
+    with pytest.raises(NotAllowed) as refused:
+        check(view.state, S.text_delta("b", "late"), "client")
+    assert "has ended" in refused.value.message
+    assert "deleted" not in refused.value.message

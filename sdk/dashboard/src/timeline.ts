@@ -239,6 +239,10 @@ export class Timeline {
         el("span", { class: "spacer" }),
         b.seq !== null ? el("a", { class: "seq-link", href: `#/s/${encodeURIComponent(this.c.id)}/events/${b.seq}` }, `#${b.seq}`) : null,
       ),
+      // Why the run failed (notes §17.4), under its header; the agent wrote it: text only.
+      b.error !== null
+        ? el("div", { class: "turn-error", role: "note" }, el("strong", {}, "Run failed"), " ", el("code", {}, b.error.code), ": ", b.error.message)
+        : null,
     );
   }
 

@@ -79,7 +79,7 @@ export function planHistory(
     throw new ProtocolError("direction", `a ${role} may not send session.history (notes §4)`);
   }
   if (state.phase === "terminated") {
-    throw new ProtocolError("not_allowed", "the session was deleted; no further frames are accepted");
+    throw new ProtocolError("not_allowed", "the session has ended; no further frames are accepted");
   }
   const ours = state.finalized && (role !== "master" || state.finalizedLocally);
   if (!unfinalizes(status, frames)) {

@@ -300,7 +300,7 @@ const withdrawApply: Fn = (state, frame) => {
   state.pendingInteractions.delete(payload(frame).interaction_id);
 };
 const refuseTerminated: Fn = () => {
-  throw err("not_allowed", "the session was deleted; no further frames are accepted");
+  throw err("not_allowed", "the session has ended; no further frames are accepted");
 };
 const masterNoticeOnly: Fn = (state, frame, role) => {
   if (role !== "master") refuseTerminated(state, frame, role);

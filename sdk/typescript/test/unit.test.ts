@@ -219,3 +219,18 @@ test("continueSession sends the session id as one encoded path segment", async (
   await continueSession("http://127.0.0.1:1/", "a:b/c?d#e", { apiKey: "k", fetch: fake as typeof fetch });
   assert.deepEqual(urls, ["http://127.0.0.1:1/v1/sessions/a%3Ab%2Fc%3Fd%23e/continue"]);
 });
+
+test("a frame after an expiry is refused as after an end, never a deletion (notes §17.1)", () => {
+  const view = new SessionView("s");
+  const expiry = decode(JSON.stringify({
+    type: "session.deleted", message_id: "m-end", session_id: "s", timestamp: "2026-11-29T09:00:00Z", seq: 1,
+    sender: { role: "master", participant_id: "n" },
+    payload: { session_id: "s", reason: "timeout", deleted_by: "system", reattach_window_ms: 1000 },
+  }));
+  assert.ok(expiry.ok);
+  view.receive(expiry.frame);
+  const late = decode(JSON.stringify(stamped(2, "agent.text.delta", { block_id: "b", delta: "late" })));
+  assert.ok(late.ok);
+  assert.throws(() => check(view.state, late.frame, "client"), (e: Error) =>
+    e.message.includes("has ended") && !e.message.includes("deleted"));
+});
