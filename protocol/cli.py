@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
-from . import codec, schema
+from . import codec, names, schema
 from .errors import DirectionError, InvalidFrame, ProtocolError
 from .finalize import fold, plan_history
 from .frames import Frame, GenericFrame, History
@@ -88,7 +88,9 @@ class LineResult:
         """The plain output line."""
         if self.valid:
             return f"{self.line} ok"
-        return f"{self.line} invalid {self.error_code}: {self.message}"
+        # Messages quote what the file holds: the shared terminal escaping keeps one line
+        # per input line and no escape sequence (--json keeps the exact text).
+        return f"{self.line} invalid {self.error_code}: {names.one_line(self.message or '')}"
 
 
 def infer_role(frame: Frame | GenericFrame) -> SenderRole:

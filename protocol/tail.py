@@ -338,10 +338,11 @@ async def follow(
             if max_frames is not None and printer.session_frames >= max_frames:
                 return 0
     except HandshakeError as exc:
-        sys.stderr.write(f"rawp tail: the master refused: {exc.message} ({exc.close_code})\n")
+        refused = names.one_line(exc.message)  # the master's words: one line, no escapes
+        sys.stderr.write(f"rawp tail: the master refused: {refused} ({exc.close_code})\n")
         return 1
     except RawpError as exc:
-        sys.stderr.write(f"rawp tail: {exc.message}\n")
+        sys.stderr.write(f"rawp tail: {names.one_line(exc.message)}\n")
         return 1
     finally:
         await client.close()

@@ -315,3 +315,23 @@ def test_an_error_on_a_turn_end_that_did_not_fail_is_named_before_turn_state(
         assert code == 1, (options, out)
         assert out[-1].startswith(f"{len(before) + 1} invalid invalid_frame: "), (options, out)
         assert "error is only for stop_reason 'error'" in out[-1], (options, out)
+
+
+def test_text_output_escapes_what_the_file_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A quoted value with ESC/CR/LF cannot forge an output line or drive the terminal;
+    --json keeps the exact message."""
+    turn_id = str(uuid.uuid4())
+    forged = "\x1b[31mX\r\n2 ok"
+    lines = jsonl(
+        frame("session.turn.start", {"turn_id": turn_id, "turn_index": 0}),
+        frame("session.turn.end", {"turn_id": forged, "stop_reason": "end_turn"}),
+    )
+    code, out, _ = run(tmp_path, capsys, lines, "--sequence")
+    assert code == 1
+    assert len(out) == 2, out
+    assert out[1].startswith("2 invalid turn_state: turn_id \\x1b[31mX\\x0d\\x0a2 ok is not")
+    assert not any(c in "".join(out) for c in "\x1b\r")
+    code, out, _ = run(tmp_path, capsys, lines, "--sequence", "--json")
+    assert forged in json.loads(out[1])["message"]
