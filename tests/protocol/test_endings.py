@@ -68,3 +68,38 @@ def test_a_frame_after_an_expiry_is_refused_as_after_an_end_not_a_deletion() -> 
         check(view.state, S.text_delta("b", "late"), "client")
     assert "has ended" in refused.value.message
     assert "deleted" not in refused.value.message
+
+
+def test_the_views_notice_for_an_expiry_is_ended_with_its_window() -> None:
+    """The SDK view's block for an expiry reads "ended" with the window, never "deleted";
+    a user's deletion stays "deleted"."""
+    from protocol import frames as F
+    from protocol.view import NoticeBlock, SessionView
+
+    from . import strategies as S
+
+    def notice_of(reason: str, by: str, window: int | None) -> NoticeBlock:
+        view = SessionView(S.SESSION_ID)
+        view.receive(
+            F.Deleted(
+                payload=F.DeletedPayload(
+                    session_id=S.SESSION_ID,
+                    reason=reason,  # type: ignore[arg-type]
+                    deleted_by=by,  # type: ignore[arg-type]
+                    reattach_window_ms=window,
+                ),
+                message_id="m-end",
+                session_id=S.SESSION_ID,
+                timestamp=S.deleted().timestamp,
+                seq=1,
+                sender=S.MASTER,
+            )
+        )
+        [notice] = [b for b in view.blocks if isinstance(b, NoticeBlock)]
+        return notice
+
+    expiry = notice_of("timeout", "system", 120_000)
+    assert (expiry.notice, expiry.text) == ("ended", "the agent did not come back within 2 minutes")
+    assert "delete" not in expiry.text
+    deletion = notice_of("user_request", "edge", None)
+    assert deletion.notice == "deleted"

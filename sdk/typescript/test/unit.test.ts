@@ -234,3 +234,19 @@ test("a frame after an expiry is refused as after an end, never a deletion (note
   assert.throws(() => check(view.state, late.frame, "client"), (e: Error) =>
     e.message.includes("has ended") && !e.message.includes("deleted"));
 });
+
+test("the view names an expiry 'ended: the agent did not come back within …', never deleted (notes §17.1)", () => {
+  const view = new SessionView("s");
+  const expiry = decode(JSON.stringify({
+    type: "session.deleted", message_id: "m-end", session_id: "s", timestamp: "2026-11-29T09:00:00Z", seq: 1,
+    sender: { role: "master", participant_id: "n" },
+    payload: { session_id: "s", reason: "timeout", deleted_by: "system", reattach_window_ms: 7 * 86_400_000 },
+  }));
+  assert.ok(expiry.ok);
+  view.receive(expiry.frame);
+  const notice = view.blocks.find((b) => b.kind === "notice");
+  assert.ok(notice && notice.kind === "notice");
+  assert.equal(notice.notice, "ended");
+  assert.equal(notice.text, "the agent did not come back within 7 days");
+  assert.ok(!notice.text.includes("delete"));
+});
