@@ -32,6 +32,12 @@ export async function continueSession(httpUrl: string, sessionId: string, option
   if (options.sessionId !== undefined) body.session_id = options.sessionId;
   if (options.name !== undefined) body.name = options.name;
   const doFetch = options.fetch ?? fetch;
+  // One path segment whatever the id holds (the master's router decodes it back). An id of
+  // dots only ("..", valid in the grammar) is a dot segment to every WHATWG URL, %2E-encoded
+  // or not: it would reach another route, so it is refused here, clearly.
+  if (/^\.+$/.test(sessionId) && sessionId.length <= 2) {
+    throw new ClientError(`continue ${sessionId}: a session id of dots only cannot travel in a URL path; continue it with the Python client (protocol.client.continue_session)`);
+  }
   const url = `${httpUrl.replace(/\/+$/, "")}/v1/sessions/${encodeURIComponent(sessionId)}/continue`;
   const answer = await doFetch(url, {
     method: "POST",

@@ -250,3 +250,15 @@ test("the view names an expiry 'ended: the agent did not come back within …', 
   assert.equal(notice.text, "the agent did not come back within 7 days");
   assert.ok(!notice.text.includes("delete"));
 });
+
+test("continueSession refuses an id of dots only before any request (a WHATWG URL resolves it away)", async () => {
+  const urls: string[] = [];
+  const fake = async (url: string | URL | Request) => {
+    urls.push(String(url));
+    return new Response("{}", { status: 404 });
+  };
+  for (const id of [".", ".."]) {
+    await assert.rejects(continueSession("http://127.0.0.1:1", id, { apiKey: "k", fetch: fake as typeof fetch }), /dots only/);
+  }
+  assert.deepEqual(urls, []);
+});
