@@ -20,7 +20,6 @@ from .fencing import lease_middleware
 from .keys import add_key_routes
 from .middleware import HTTP_METRICS, HttpMetrics, api_middleware
 from .openapi import add_openapi_route
-from .wakes import list_wakes
 from .sessions import (
     continue_session,
     create_session,
@@ -30,6 +29,7 @@ from .sessions import (
     rename_session,
 )
 from .sse import STREAMS, EventStream, end_streams, stream_events
+from .wakes import list_wakes
 
 __all__ = ["add_routes"]
 
