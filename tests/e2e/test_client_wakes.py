@@ -65,9 +65,7 @@ async def test_live_wake_and_coroutine_callback(master: Master) -> None:
     seen: list[str] = []
     async with agent:
         remove = agent.add_wake_callback(lambda w: seen.append(w.payload.revisit_id))
-        await agent.revisit(
-            dt.datetime.now(dt.UTC) + dt.timedelta(seconds=0.5), revisit_id="soon"
-        )
+        await agent.revisit(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=0.5), revisit_id="soon")
         later = await agent.revisit("2099-01-01T00:00:00Z")
         await asyncio.wait_for(answered.wait(), 15)
         assert seen == ["soon"]

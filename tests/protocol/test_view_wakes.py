@@ -78,7 +78,7 @@ def test_tail_prints_wake_lines_with_hostile_reason_escaped() -> None:
         printer.frame(frame)
     text = "".join(out)
     assert "⏰ asked to be woken at 2026-12-08 08:30:15 UTC (" in text
-    assert "⏰ revisit withdrawn: \"r2\"" in text
+    assert '⏰ revisit withdrawn: "r2"' in text
     assert "⏰ woken: `*_[x]" in text
     assert "\x1b" not in text
     assert not [c for c in CONTROLS if c not in "\n\t" and c in text]

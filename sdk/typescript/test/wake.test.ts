@@ -74,7 +74,7 @@ describe("wake and revisit", () => {
     await assert.rejects(agent.revisit("2099-01-01T00:00:00"), RangeError); // no zone
     await assert.rejects(agent.revisit(new Date(Date.now() + 400 * 86_400_000)), (e: unknown) => {
       assert.ok(e instanceof FrameRefused);
-      assert.equal(e.code, "invalid_revisit");
+      assert.equal(e.errorCode, "invalid_revisit");
       return true;
     });
     const edge = client({ sessionId: sid, role: "edge" });
