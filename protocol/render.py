@@ -74,11 +74,9 @@ def revisit_text(at: dt.datetime, reason: str | None) -> str:
 
 def wake_text(at: dt.datetime, reason: str | None) -> str:
     """The line of a ``session.wake``: ``woken: reason (asked for …)``."""
-    return (
-        f"woken: {reason} (asked for {wake_time(at)})"
-        if reason
-        else (f"woken: the time asked for came ({wake_time(at)})")
-    )
+    if reason:
+        return f"woken: {reason} (asked for {wake_time(at)})"
+    return f"woken: the time asked for came ({wake_time(at)})"
 
 
 # --- the renderer: frames the state machine accepted -> blocks ----------------------------
