@@ -141,6 +141,9 @@ class SessionState:
     # Revisits the client asked for that are neither woken nor withdrawn (notes §17.5), by
     # revisit_id; while any is pending and no turn is open the status is ``rescheduling``.
     pending_revisits: dict[str, PendingRevisit] = field(default_factory=dict)
+    # How many session.wake the log holds: a client's attach looks for wakes it has not
+    # been given only when there are any.
+    wakes: int = 0
     # §7.8.3: the state as it was just before the first synthetic frame, and the real frames
     # folded since, so unfinalization can take exactly the synthetic frames back out. When a
     # local finalization lands on top of the log's, ``before_finalization`` keeps the log's
@@ -240,6 +243,8 @@ class Effect(enum.Enum):
     ENDED = "ended"  # the master's session.deleted: the session is over, nothing follows
     PRESENCE = "presence"  # session.presence: who is attached changed (the client, for one)
     HISTORY = "history"  # session.history: its frames' own effects, in order (§7.8.3)
+    REVISIT = "revisit"  # session.revisit.request: the store keeps the pending wake
+    REVISIT_CANCEL = "revisit_cancel"  # session.revisit.cancel: the store drops it
 
 
 EffectOf: TypeAlias = Callable[[Frame, SenderRole], Effect]
@@ -255,6 +260,14 @@ def _renames(frame: Frame, role: SenderRole) -> Effect:
 
 def _presence(frame: Frame, role: SenderRole) -> Effect:
     return Effect.PRESENCE
+
+
+def _revisits(frame: Frame, role: SenderRole) -> Effect:
+    return Effect.REVISIT
+
+
+def _cancels_revisit(frame: Frame, role: SenderRole) -> Effect:
+    return Effect.REVISIT_CANCEL
 
 
 def _ends_when_fatal(frame: Frame, role: SenderRole) -> Effect:
@@ -535,6 +548,8 @@ def _revisit_done_apply(state: SessionState, frame: Frame, role: SenderRole) -> 
     # A cancel of an unknown or woken id changes nothing (logged all the same); a wake
     # ends the revisit it names.
     state.pending_revisits.pop(frame.payload.revisit_id, None)  # type: ignore[attr-defined]
+    if role == "master":
+        state.wakes += 1
 
 
 def _status_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
@@ -573,8 +588,10 @@ _ANYTIME: Final[dict[str, Rule]] = {
     "user.message": Rule(_nothing, _user_message_apply),
     "control.cancel": Rule(_nothing, _nothing),
     "session.status": Rule(_nothing, _status_apply),
-    "session.revisit.request": Rule(_revisit_request_check, _revisit_request_apply),
-    "session.revisit.cancel": Rule(_nothing, _revisit_done_apply),
+    "session.revisit.request": Rule(
+        _revisit_request_check, _revisit_request_apply, effect=_revisits
+    ),
+    "session.revisit.cancel": Rule(_nothing, _revisit_done_apply, effect=_cancels_revisit),
     "session.wake": Rule(_nothing, _revisit_done_apply),
 }
 
