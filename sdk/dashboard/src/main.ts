@@ -7,6 +7,7 @@ import {
   RawpClient,
   SessionView,
   dataIncomplete,
+  revisitText,
   type Block,
   type ConnectionStatus,
   type Frame,
@@ -539,6 +540,9 @@ function render(): void {
   const status = c.readOnly && header ? "terminated" : view.status;
   $("session-status").textContent = status === "terminated" && c.readOnly ? "archived" : status.replace("_", " ");
   $("session-status").className = `badge status-${status}`;
+  // notes §17.5: what the agent waits for while rescheduling (received text: set as text only)
+  const revisits = [...view.pendingRevisits.values()].map((r) => revisitText(r.at, r.reason));
+  $("session-status").title = status === "rescheduling" ? revisits.join("\n") : "";
   $("agent-state").textContent = `agent ${view.agentState.replace("_", " ")}`;
   $("agent-state").hidden = view.agentState === "idle";
   renderPresence(c);
