@@ -52,6 +52,7 @@ SWEEP_INTERVAL_S: Final = 0.2
 MAX_WEBHOOK_ATTEMPTS: Final = 12
 """Attempts of one wake's webhook before it is marked ``failed`` (with the sender's backoff,
 about a day)."""
+_CLAIM: Final = 100  # records claimed at once
 _RETRY_MS: Final = 1000  # a wake the session could not take now (store down): again in 1 s
 
 
@@ -89,12 +90,16 @@ class Wakes:
 
     async def run(self) -> None:
         """Sweep forever (cancelled at shutdown)."""
+        full = False
         while True:
-            await asyncio.sleep(SWEEP_INTERVAL_S)
+            if not full:  # a full claim: more are due, claimed at once (a burst of wakes)
+                await asyncio.sleep(SWEEP_INTERVAL_S)
             try:
-                claimed = await self.store.claim_due_wakes(_now_ms(), self.lease_ms)
+                claimed = await self.store.claim_due_wakes(_now_ms(), self.lease_ms, _CLAIM)
             except StoreError:
+                full = False
                 continue  # the store is down: the next sweep tries again
+            full = len(claimed) == _CLAIM
             for record in claimed:
                 key = (record.session_id, record.wake_id)
                 if key in self._active:

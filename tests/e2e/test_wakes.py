@@ -133,6 +133,9 @@ async def test_the_101st_pending_revisit_is_refused(start_master: MakeMaster) ->
     assert await client.no_frame(0.3)
     session = master.hub.sessions["s-wake-many"]
     assert len(session.state.pending_revisits) == 100
+    await wait_until(
+        lambda: _has(master.store.list_wakes("default", due_only=False, after=None, limit=500), 100)
+    )
     records = await master.store.list_wakes("default", due_only=False, after=None, limit=500)
     assert len(records) == 100
 
