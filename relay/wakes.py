@@ -49,9 +49,10 @@ log = structlog.get_logger("rawp.wakes")
 
 SWEEP_INTERVAL_S: Final = 0.2
 """How often a node looks for due wakes: a wake is logged within this of its time."""
-MAX_WEBHOOK_ATTEMPTS: Final = 12
-"""Attempts of one wake's webhook before it is marked ``failed`` (with the sender's backoff,
-about a day)."""
+MAX_WEBHOOK_ATTEMPTS: Final = 40
+"""Attempts of one wake's webhook before it is marked ``failed``: with the sender's backoff
+(random, up to 1 s doubled per attempt, capped at 300 s) about 80 minutes on average; a
+scheduler that was away longer still finds the wake in ``GET /v1/wakes?due=true``."""
 _CLAIM: Final = 100  # records claimed at once
 _RETRY_MS: Final = 1000  # a wake the session could not take now (store down): again in 1 s
 
