@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from relay.server import Master
@@ -379,3 +380,25 @@ async def test_a_request_whose_record_was_lost_is_scheduled_when_its_session_loa
         assert len(await wakes_in(second, "s-wake-repair")) == 1
     finally:
         await second.stop()
+
+
+async def test_a_fork_carries_its_pending_revisits(start_master: MakeMaster) -> None:
+    """A fork's copied log holds the revisit as pending: the fork is rescheduling and is woken
+    too, once, beside the source."""
+    master = await start_master()
+    client = await open_session(master, "s-wake-src")
+    await client.send("session.revisit.request", {"revisit_id": "r1", "at": at(1.5)})
+    await wait_until(lambda: master.hub.sessions["s-wake-src"].state.pending_revisits)
+    async with aiohttp.ClientSession() as web_client:
+        forked = await web_client.post(
+            f"{master.http_url}/v1/sessions/s-wake-src/fork",
+            json={"session_id": "s-wake-fork"},
+            headers={"Authorization": f"Bearer {API_KEY}"},
+        )
+        assert forked.status == 201, await forked.text()
+        assert (await forked.json())["session"]["status"] == "rescheduling"
+    for sid in ("s-wake-src", "s-wake-fork"):
+        await wait_until(lambda sid=sid: _has(wakes_in(master, sid), 1), timeout=5.0)
+    await asyncio.sleep(0.5)
+    assert len(await wakes_in(master, "s-wake-fork")) == 1
+    assert len(await wakes_in(master, "s-wake-src")) == 1
