@@ -50,6 +50,7 @@ from .session import (
     state_of,
 )
 from .store.base import Deadline, SessionHeader, Store
+from .wake_webhook import WakeWebhook
 from .wakes import Wakes, wake_lease_ms
 
 __all__ = ["Hub", "SessionAttached", "new_session_header"]
@@ -117,7 +118,12 @@ class Hub:
         self._loading: dict[str, asyncio.Future[Session | None]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._deadline_task: asyncio.Task[None] | None = None
-        self.wakes = Wakes(self, lease_ms=wake_lease_ms(settings.node_dead_after_s))
+        webhook = None
+        if settings.wake_webhook and settings.wake_webhook_secret:
+            webhook = WakeWebhook(settings.wake_webhook, settings.wake_webhook_secret.encode())
+        # notes §17.5: the lease outlasts one logging, or one POST within its timeout
+        lease_ms = wake_lease_ms(settings.node_dead_after_s, 0.0 if webhook is None else 10.0)
+        self.wakes = Wakes(self, lease_ms=lease_ms, webhook=webhook)
         # [multinode] a no-op on one node
         self.cluster: Node[Session, Participant] = node_for(self, store)
         # What every session of this node is handed when it is made.

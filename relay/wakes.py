@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 import msgspec
 import structlog
@@ -34,6 +32,7 @@ from protocol.errors import FormatVersionError, StoreError, StoreUnavailableErro
 from protocol.frames import Wake, WakePayload
 
 from .store.base import Store, WakeRecord
+from .wake_webhook import Outcome, WakeNotice, WakeWebhook
 
 if TYPE_CHECKING:
     from .session import Session
@@ -41,10 +40,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_WEBHOOK_ATTEMPTS",
     "SWEEP_INTERVAL_S",
-    "Outcome",
     "SessionOpener",
-    "WakeNotice",
-    "WakeSender",
     "Wakes",
     "wake_lease_ms",
 ]
@@ -65,38 +61,6 @@ def wake_lease_ms(node_dead_after_s: float, webhook_timeout_s: float = 0.0) -> i
     return int((max(2.0, 2 * node_dead_after_s) + webhook_timeout_s) * 1000)
 
 
-# --- what the webhook sender offers (relay/wake_webhook.py) ---------------------------------
-
-
-class Outcome(enum.Enum):
-    """How one POST of a wake went (mirrors relay.wake_webhook.Outcome by name)."""
-
-    DELIVERED = "delivered"
-    RETRY = "retry"
-    GIVE_UP = "give_up"
-
-
-@dataclass(frozen=True)
-class WakeNotice:
-    """What a wake's webhook says (mirrors relay.wake_webhook.WakeNotice)."""
-
-    session_id: str
-    revisit_id: str
-    at: str
-    reason: str | None
-    wake_seq: int
-
-
-class WakeSender(Protocol):
-    """The webhook sender the outbox drives (relay.wake_webhook.WakeWebhook)."""
-
-    async def post(self, notice: Any) -> tuple[Any, str]: ...
-
-    def retry_delay(self, attempt: int) -> float: ...
-
-    async def aclose(self) -> None: ...
-
-
 class SessionOpener(Protocol):
     """What the sweep needs of the hub."""
 
@@ -115,16 +79,12 @@ class Wakes:
         hub: SessionOpener,
         *,
         lease_ms: int,
-        webhook: WakeSender | None = None,
-        notice: Any = WakeNotice,
-        outcome: Any = Outcome,
+        webhook: WakeWebhook | None = None,
     ) -> None:
         self.hub = hub
         self.store = hub.store
         self.lease_ms = lease_ms
         self.webhook = webhook
-        self._notice = notice  # the sender's own WakeNotice and Outcome types
-        self._outcome = outcome
         self._active: set[tuple[str, str]] = set()
 
     async def run(self) -> None:
@@ -215,7 +175,7 @@ class Wakes:
     async def _post(self, record: WakeRecord, claim: str) -> None:
         """One attempt of the wake's webhook, then its outcome settled."""
         assert self.webhook is not None
-        notice = self._notice(
+        notice = WakeNotice(
             session_id=record.session_id,
             revisit_id=record.revisit_id,
             at=record.at,
@@ -225,12 +185,12 @@ class Wakes:
         try:
             outcome, why = await self.webhook.post(notice)
         except Exception as exc:  # a sender bug must not lose the outbox entry
-            outcome, why = self._outcome.RETRY, f"sender failed: {type(exc).__name__}"
+            outcome, why = Outcome.RETRY, f"sender failed: {type(exc).__name__}"
         attempts = record.attempts + 1
-        name = getattr(outcome, "name", str(outcome))
-        if name == "DELIVERED":
+        state: Literal["pending", "sent", "failed"]
+        if outcome is Outcome.DELIVERED:
             state, due_ms = "sent", None
-        elif name == "GIVE_UP" or attempts >= MAX_WEBHOOK_ATTEMPTS:
+        elif outcome is Outcome.GIVE_UP or attempts >= MAX_WEBHOOK_ATTEMPTS:
             state, due_ms = "failed", None
         else:
             delay = self.webhook.retry_delay(attempts)
@@ -243,7 +203,7 @@ class Wakes:
             "wake_webhook",
             session_id=record.session_id,
             revisit_id=record.revisit_id,
-            outcome=name,
+            outcome=outcome.name,
             attempts=attempts,
             why=why,
         )

@@ -16,9 +16,9 @@ import pytest
 
 from relay.server import Master
 from relay.store.sqlite import SqliteStore
-from tests.e2e.conftest import API_KEY
+from tests.e2e.conftest import API_KEY, OTHER_KEY
 from tests.e2e.conftest import test_settings as settings_for
-from tests.e2e.util import detached, logged, new_session, open_session, wait_until
+from tests.e2e.util import detached, http, logged, new_session, open_session, wait_until
 from tests.support.wire import Peer
 
 __all__: list[str] = []
@@ -303,3 +303,42 @@ async def _count(listing: Awaitable[list[Any]]) -> int:
 
 async def _has(listing: Awaitable[list[Any]], n: int) -> bool:
     return len(await listing) >= n
+
+
+async def test_the_wakes_listing_shows_due_and_pending_by_workspace_and_pages(
+    start_master: MakeMaster,
+) -> None:
+    """GET /v1/wakes: pending and due ones without due=true, only due ones with it; paged by
+    cursor; another workspace's key sees none; a bad cursor or limit is 400."""
+    master = await start_master()
+    await _away_and_woken(master, "s-list-due")
+    client = await open_session(master, "s-list-pending")
+    for i in range(3):
+        await client.send(
+            "session.revisit.request", {"revisit_id": f"p{i}", "at": at(3600), "reason": "<b>"}
+        )
+    await wait_until(
+        lambda: _has(master.store.list_wakes("default", due_only=False, after=None, limit=9), 4)
+    )
+    status, body = await http(master, "GET", "/v1/wakes?due=true")
+    assert status == 200, body
+    assert [(w["session_id"], w["revisit_id"], w["state"]) for w in body["wakes"]] == [
+        ("s-list-due", "r1", "due")
+    ]
+    assert body["wakes"][0]["webhook"] is None
+    assert body["next_cursor"] is None
+    seen: list[tuple[str, str]] = []
+    cursor = ""
+    while True:
+        status, body = await http(master, "GET", f"/v1/wakes?limit=2{cursor}")
+        assert status == 200, body
+        seen += [(w["session_id"], w["state"]) for w in body["wakes"]]
+        if body["next_cursor"] is None:
+            break
+        cursor = f"&cursor={body['next_cursor']}"
+    assert sorted(seen) == [("s-list-due", "due")] + [("s-list-pending", "pending")] * 3
+    status, body = await http(master, "GET", "/v1/wakes", token=OTHER_KEY)
+    assert (status, body["wakes"]) == (200, [])
+    for query in ("cursor=nope", "limit=501", "due=maybe"):
+        status, body = await http(master, "GET", f"/v1/wakes?{query}")
+        assert status == 400, (query, body)
