@@ -1,4 +1,4 @@
-"""The dashboard shows a revisit and its wake (notes §17.5), hostile reasons as text, in Chromium."""
+"""The dashboard shows a revisit and its wake (notes §17.5), hostile reasons as text."""
 
 from __future__ import annotations
 
