@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 import msgspec
 import structlog
 
-from protocol import codec
+from protocol import codec, revisits
 from protocol.errors import FormatVersionError, StoreError, StoreUnavailableError
 from protocol.frames import Wake, WakePayload
 
@@ -207,6 +207,32 @@ class Wakes:
             attempts=attempts,
             why=why,
         )
+
+    async def repair(self, session: Session) -> None:
+        """Put the records a loaded session's pending revisits lack: the request is in the log
+        but its record was not written (the store refused it, or the node died between the
+        two). The log is the truth; the record only schedules it."""
+        store = self.store
+        try:
+            for revisit_id, pending in list(session.state.pending_revisits.items()):
+                wake_id = revisits.wake_message_id(revisit_id, pending.request_id)
+                if await store.get_wake(session.id, wake_id) is not None:
+                    continue
+                if await store.message_seq(session.id, wake_id) is not None:
+                    continue  # woken already (the state is refolded on its way)
+                await store.put_wake(
+                    WakeRecord.pending(
+                        session.id,
+                        session.header.workspace,
+                        revisit_id,
+                        pending.request_id,
+                        pending.at,
+                        pending.reason,
+                    )
+                )
+                log.warning("wake_record_repaired", session_id=session.id, revisit_id=revisit_id)
+        except StoreError as exc:
+            log.warning("wake_repair_failed", session_id=session.id, error=str(exc))
 
     async def aclose(self) -> None:
         """Release the webhook sender's connections."""

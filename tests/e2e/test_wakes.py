@@ -342,3 +342,37 @@ async def test_the_wakes_listing_shows_due_and_pending_by_workspace_and_pages(
     for query in ("cursor=nope", "limit=501", "due=maybe"):
         status, body = await http(master, "GET", f"/v1/wakes?{query}")
         assert status == 400, (query, body)
+
+
+async def test_a_request_whose_record_was_lost_is_scheduled_when_its_session_loads(
+    tmp_path: Path,
+) -> None:
+    """The log holds a revisit request whose store record is gone (the store refused it, or
+    the master died between the two writes): loading the session puts the record back and
+    the wake comes."""
+    path = tmp_path / "rawp.db"
+    first = Master(settings_for(reattach_window_s=30.0), store=SqliteStore(path))
+    await first.start()
+    try:
+        client = await open_session(first, "s-wake-repair")
+        await client.send("session.revisit.request", {"revisit_id": "r1", "at": at(1.5)})
+        await wait_until(
+            lambda: first.store.list_wakes("default", due_only=False, after=None, limit=9)
+        )
+        await client.close()
+    finally:
+        await first.stop()
+    store = SqliteStore(path)
+    await store.start()
+    await store.cancel_wake("s-wake-repair", "r1")  # the record lost, the request logged
+    await store.close()
+    second = Master(settings_for(reattach_window_s=30.0), store=SqliteStore(path))
+    await second.start()
+    try:
+        status, _ = await http(second, "GET", "/v1/sessions/s-wake-repair")  # loads it
+        assert status == 200
+        await wait_until(lambda: _has(wakes_in(second, "s-wake-repair"), 1), timeout=5.0)
+        await asyncio.sleep(0.5)
+        assert len(await wakes_in(second, "s-wake-repair")) == 1
+    finally:
+        await second.stop()
