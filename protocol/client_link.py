@@ -124,7 +124,7 @@ class ClientLink(TypedSends[asyncio.Future[int]]):
         self.on_status = on_status
         self.on_wake = on_wake
         self._wake_callbacks: list[WakeCallback] = []
-        self._woken_seq = 0  # the newest wake told: each is told once
+        self._woken: set[str] = set()  # message ids of the wakes told: each is told once
         self._wake_tasks: set[asyncio.Task[None]] = set()
         self.last_connect_error: BaseException | None = None
         self.dropped_frames = 0  # received frames dropped from a full incoming queue
@@ -267,10 +267,9 @@ class ClientLink(TypedSends[asyncio.Future[int]]):
         §17.5), live or in a backlog, once each. A callback that fails is logged; one that
         returns an awaitable is run as a task, so it may send (start a turn)."""
         for wake in wakes_in(frame):
-            seq = wake.seq or 0
-            if seq <= self._woken_seq:
+            if wake.message_id in self._woken:
                 continue
-            self._woken_seq = seq
+            self._woken.add(wake.message_id)
             for callback in (self.on_wake, *self._wake_callbacks):
                 if callback is None:
                     continue

@@ -313,6 +313,8 @@ class Hub:
                 await self._recover_on_load(session, decoded)
             self._sessions[session_id] = session
             self.metrics.sessions.set(len(self._sessions))
+            if state.pending_revisits:
+                self.spawn(self.wakes.repair(session))  # records a crash may have lost
             future.set_result(session)
             return session
         except BaseException as exc:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 import msgspec
 import structlog
 
-from protocol import codec
+from protocol import codec, revisits
 from protocol.errors import FormatVersionError, StoreError, StoreUnavailableError
 from protocol.frames import Wake, WakePayload
 
@@ -49,9 +49,11 @@ log = structlog.get_logger("rawp.wakes")
 
 SWEEP_INTERVAL_S: Final = 0.2
 """How often a node looks for due wakes: a wake is logged within this of its time."""
-MAX_WEBHOOK_ATTEMPTS: Final = 12
-"""Attempts of one wake's webhook before it is marked ``failed`` (with the sender's backoff,
-about a day)."""
+MAX_WEBHOOK_ATTEMPTS: Final = 40
+"""Attempts of one wake's webhook before it is marked ``failed``: with the sender's backoff
+(random, up to 1 s doubled per attempt, capped at 300 s) about 80 minutes on average; a
+scheduler that was away longer still finds the wake in ``GET /v1/wakes?due=true``."""
+_CLAIM: Final = 100  # records claimed at once
 _RETRY_MS: Final = 1000  # a wake the session could not take now (store down): again in 1 s
 
 
@@ -89,12 +91,16 @@ class Wakes:
 
     async def run(self) -> None:
         """Sweep forever (cancelled at shutdown)."""
+        full = False
         while True:
-            await asyncio.sleep(SWEEP_INTERVAL_S)
+            if not full:  # a full claim: more are due, claimed at once (a burst of wakes)
+                await asyncio.sleep(SWEEP_INTERVAL_S)
             try:
-                claimed = await self.store.claim_due_wakes(_now_ms(), self.lease_ms)
+                claimed = await self.store.claim_due_wakes(_now_ms(), self.lease_ms, _CLAIM)
             except StoreError:
+                full = False
                 continue  # the store is down: the next sweep tries again
+            full = len(claimed) == _CLAIM
             for record in claimed:
                 key = (record.session_id, record.wake_id)
                 if key in self._active:
@@ -207,6 +213,32 @@ class Wakes:
             attempts=attempts,
             why=why,
         )
+
+    async def repair(self, session: Session) -> None:
+        """Put the records a loaded session's pending revisits lack: the request is in the log
+        but its record was not written (the store refused it, or the node died between the
+        two). The log is the truth; the record only schedules it."""
+        store = self.store
+        try:
+            for revisit_id, pending in list(session.state.pending_revisits.items()):
+                wake_id = revisits.wake_message_id(revisit_id, pending.request_id)
+                if await store.get_wake(session.id, wake_id) is not None:
+                    continue
+                if await store.message_seq(session.id, wake_id) is not None:
+                    continue  # woken already (the state is refolded on its way)
+                await store.put_wake(
+                    WakeRecord.pending(
+                        session.id,
+                        session.header.workspace,
+                        revisit_id,
+                        pending.request_id,
+                        pending.at,
+                        pending.reason,
+                    )
+                )
+                log.warning("wake_record_repaired", session_id=session.id, revisit_id=revisit_id)
+        except StoreError as exc:
+            log.warning("wake_repair_failed", session_id=session.id, error=str(exc))
 
     async def aclose(self) -> None:
         """Release the webhook sender's connections."""

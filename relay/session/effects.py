@@ -25,7 +25,7 @@ from typing import cast
 
 import structlog
 
-from protocol import codec, revisits
+from protocol import codec
 from protocol.errors import ProtocolError, StoreError, StoreUnavailableError
 from protocol.frames import (
     Frame,
@@ -116,18 +116,14 @@ class Effects:
         try:
             if isinstance(frame, RevisitRequest):
                 p = frame.payload
-                at_ms = int(p.at.timestamp() * 1000)
                 await core.store.put_wake(
-                    WakeRecord(
-                        session_id=core.id,
-                        wake_id=revisits.wake_message_id(p.revisit_id, frame.message_id),
-                        revisit_id=p.revisit_id,
-                        request_id=frame.message_id,
-                        workspace=core.header.workspace,
-                        at=codec.format_time(p.at),
-                        at_ms=at_ms,
-                        reason=p.reason,
-                        due_ms=at_ms,
+                    WakeRecord.pending(
+                        core.id,
+                        core.header.workspace,
+                        p.revisit_id,
+                        frame.message_id,
+                        p.at,
+                        p.reason,
                     )
                 )
             elif isinstance(frame, RevisitCancel):

@@ -31,13 +31,16 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import datetime as _dt
 from collections.abc import Sequence
 from typing import Final, Literal
 
 import msgspec
 
+from protocol.codec import format_time
 from protocol.errors import FormatVersionError, StoreError, StoreUnavailableError
 from protocol.frames import BufferGrant
+from protocol.revisits import wake_message_id
 
 __all__ = [
     "FORMAT_VERSION",
@@ -272,6 +275,30 @@ class WakeRecord(msgspec.Struct, kw_only=True):
     due_ms: int | None = None
     claim: str | None = None
     last_error: str | None = None
+
+    @classmethod
+    def pending(
+        cls,
+        session_id: str,
+        workspace: str,
+        revisit_id: str,
+        request_id: str,
+        at: _dt.datetime,
+        reason: str | None,
+    ) -> WakeRecord:
+        """The record of a new request: pending, due at ``at``."""
+        at_ms = int(at.timestamp() * 1000)
+        return cls(
+            session_id=session_id,
+            wake_id=wake_message_id(revisit_id, request_id),
+            revisit_id=revisit_id,
+            request_id=request_id,
+            workspace=workspace,
+            at=format_time(at),
+            at_ms=at_ms,
+            reason=reason,
+            due_ms=at_ms,
+        )
 
 
 def settled_wake(stored: WakeRecord, record: WakeRecord) -> WakeRecord | None:

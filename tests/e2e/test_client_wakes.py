@@ -49,6 +49,24 @@ async def test_wake_after_reattach_fires_once(master: Master) -> None:
         await agent.close()
 
 
+async def test_a_new_process_gets_the_wake_it_missed(master: Master) -> None:
+    """An agent that closed before the wake came due: the next client of the session (a new
+    process, no saved state) is told of it once, on its attach."""
+    async with RawpClient(
+        master.ws_url, "s-wake-4", role="client", token=API_KEY, create=True
+    ) as first:
+        rid = await first.revisit(dt.timedelta(seconds=0.5), "resume the job")
+    await asyncio.sleep(1.5)  # due while nobody is attached
+    woken: list[F.Wake] = []
+    async with RawpClient(
+        master.ws_url, "s-wake-4", role="client", token=API_KEY, on_wake=woken.append
+    ) as second:
+        await wait_until(lambda: bool(woken), within=15, what="the missed wake")
+        await asyncio.sleep(0.5)
+        assert [w.payload.revisit_id for w in woken] == [rid]
+        assert second.view.status == "idle"
+
+
 async def test_live_wake_and_coroutine_callback(master: Master) -> None:
     """An attached client gets the wake live; a coroutine callback runs and may send."""
     answered = asyncio.Event()
@@ -66,7 +84,7 @@ async def test_live_wake_and_coroutine_callback(master: Master) -> None:
     async with agent:
         remove = agent.add_wake_callback(lambda w: seen.append(w.payload.revisit_id))
         await agent.revisit(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=0.5), revisit_id="soon")
-        later = await agent.revisit("2099-01-01T00:00:00Z")
+        later = await agent.revisit(dt.timedelta(days=30))
         await asyncio.wait_for(answered.wait(), 15)
         assert seen == ["soon"]
         await agent.cancel_revisit(later)

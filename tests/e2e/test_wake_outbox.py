@@ -151,6 +151,7 @@ async def test_a_refused_post_is_tried_again(receiver: Receiver, tmp_path: Path)
         await asyncio.sleep(0.6)
         assert receiver.answered == [503, 200]
         status, page = await http(master, "GET", "/v1/wakes?due=true")
+        assert status == 200
         assert page["wakes"][0]["webhook"]["state"] == "sent"
         assert page["wakes"][0]["webhook"]["attempts"] == 2
     finally:

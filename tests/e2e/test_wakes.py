@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from relay.server import Master
@@ -133,6 +134,9 @@ async def test_the_101st_pending_revisit_is_refused(start_master: MakeMaster) ->
     assert await client.no_frame(0.3)
     session = master.hub.sessions["s-wake-many"]
     assert len(session.state.pending_revisits) == 100
+    await wait_until(
+        lambda: _has(master.store.list_wakes("default", due_only=False, after=None, limit=500), 100)
+    )
     records = await master.store.list_wakes("default", due_only=False, after=None, limit=500)
     assert len(records) == 100
 
@@ -342,3 +346,59 @@ async def test_the_wakes_listing_shows_due_and_pending_by_workspace_and_pages(
     for query in ("cursor=nope", "limit=501", "due=maybe"):
         status, body = await http(master, "GET", f"/v1/wakes?{query}")
         assert status == 400, (query, body)
+
+
+async def test_a_request_whose_record_was_lost_is_scheduled_when_its_session_loads(
+    tmp_path: Path,
+) -> None:
+    """The log holds a revisit request whose store record is gone (the store refused it, or
+    the master died between the two writes): loading the session puts the record back and
+    the wake comes."""
+    path = tmp_path / "rawp.db"
+    first = Master(settings_for(reattach_window_s=30.0), store=SqliteStore(path))
+    await first.start()
+    try:
+        client = await open_session(first, "s-wake-repair")
+        await client.send("session.revisit.request", {"revisit_id": "r1", "at": at(1.5)})
+        await wait_until(
+            lambda: first.store.list_wakes("default", due_only=False, after=None, limit=9)
+        )
+        await client.close()
+    finally:
+        await first.stop()
+    store = SqliteStore(path)
+    await store.start()
+    await store.cancel_wake("s-wake-repair", "r1")  # the record lost, the request logged
+    await store.close()
+    second = Master(settings_for(reattach_window_s=30.0), store=SqliteStore(path))
+    await second.start()
+    try:
+        status, _ = await http(second, "GET", "/v1/sessions/s-wake-repair")  # loads it
+        assert status == 200
+        await wait_until(lambda: _has(wakes_in(second, "s-wake-repair"), 1), timeout=5.0)
+        await asyncio.sleep(0.5)
+        assert len(await wakes_in(second, "s-wake-repair")) == 1
+    finally:
+        await second.stop()
+
+
+async def test_a_fork_carries_its_pending_revisits(start_master: MakeMaster) -> None:
+    """A fork's copied log holds the revisit as pending: the fork is rescheduling and is woken
+    too, once, beside the source."""
+    master = await start_master()
+    client = await open_session(master, "s-wake-src")
+    await client.send("session.revisit.request", {"revisit_id": "r1", "at": at(1.5)})
+    await wait_until(lambda: master.hub.sessions["s-wake-src"].state.pending_revisits)
+    async with aiohttp.ClientSession() as web_client:
+        forked = await web_client.post(
+            f"{master.http_url}/v1/sessions/s-wake-src/fork",
+            json={"session_id": "s-wake-fork"},
+            headers={"Authorization": f"Bearer {API_KEY}"},
+        )
+        assert forked.status == 201, await forked.text()
+        assert (await forked.json())["session"]["status"] == "rescheduling"
+    for sid in ("s-wake-src", "s-wake-fork"):
+        await wait_until(lambda sid=sid: _has(wakes_in(master, sid), 1), timeout=5.0)
+    await asyncio.sleep(0.5)
+    assert len(await wakes_in(master, "s-wake-fork")) == 1
+    assert len(await wakes_in(master, "s-wake-src")) == 1

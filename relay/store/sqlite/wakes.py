@@ -17,6 +17,7 @@ from ..base import WakeRecord, settled_wake
 
 __all__ = [
     "WAKES_TABLE",
+    "any_due",
     "cancel_wake",
     "claim_due_wakes",
     "drop_session_wakes",
@@ -89,6 +90,14 @@ def get_wake(db: sqlite3.Connection, session_id: str, wake_id: str) -> WakeRecor
     """Store.get_wake."""
     row = db.execute(_SELECT, (session_id, wake_id)).fetchone()
     return None if row is None else _decode(row[0])
+
+
+def any_due(db: sqlite3.Connection, now_ms: int) -> bool:
+    """Is any record due by ``now_ms``?"""
+    row = db.execute(
+        "SELECT 1 FROM wakes WHERE due_ms IS NOT NULL AND due_ms <= ? LIMIT 1", (now_ms,)
+    ).fetchone()
+    return row is not None
 
 
 def claim_due_wakes(

@@ -325,7 +325,7 @@ function renderList(): void {
   const all = app.sessions;
   const count = (st: string) => all.filter((s) => liveStatus(s) === st).length;
   const parts = [`${shown.length} of ${all.length} session${all.length === 1 ? "" : "s"}`];
-  for (const [st, label] of [["running", "running"], ["requires_action", "need action"], ["idle", "idle"], ["terminated", "archived"]] as const) {
+  for (const [st, label] of [["running", "running"], ["requires_action", "need action"], ["rescheduling", "rescheduling"], ["idle", "idle"], ["terminated", "archived"]] as const) {
     const n = count(st);
     if (n > 0) parts.push(`${n} ${label}`);
   }

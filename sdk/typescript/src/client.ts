@@ -410,7 +410,7 @@ export class RawpClient implements AsyncIterable<Delivery> {
   private restored = false;
   private attachedBefore = false;
   private turnIndex = -1;
-  private wokenSeq = 0; // the newest wake told: each is told once
+  private woken = new Set<string>(); // message ids of the wakes told: each is told once
   private lastSync: [string, string] | null = null;
   private maxFrameBytes: number | null = null;
   private outgoing: BoundedBuffer<KnownFrame>;
@@ -905,7 +905,17 @@ export class RawpClient implements AsyncIterable<Delivery> {
         return;
       }
       if (frame.seq !== undefined && frame.seq !== null) {
-        if (frame.seq <= this.view.lastSeq) return;
+        if (frame.seq <= this.view.lastSeq) {
+          // notes §17.5: a wake that came due while this client was away follows its welcome
+          // even when the cursor is past it (a fresh attach starts at the head): folded and
+          // delivered, the cursor stays
+          if (frame.type === "session.wake" && !this.view.hasSeen(frame.message_id)) {
+            this.view.fold(frame, "master");
+            this.deliver({ frame, replayed: false });
+            this.tellWake(frame, false);
+          }
+          return;
+        }
         this.receivedSinceAck += 1;
       } else if (frame.type === "session.history") {
         this.receivedSinceAck += 1;
@@ -958,9 +968,8 @@ export class RawpClient implements AsyncIterable<Delivery> {
   /** The "wake" event for a session.wake not told before (notes §17.5). */
   private tellWake(frame: Frame, replayed: boolean): void {
     if (frame.type !== "session.wake" || !isKnown(frame)) return;
-    const seq = frame.seq ?? 0;
-    if (seq <= this.wokenSeq) return;
-    this.wokenSeq = seq;
+    if (this.woken.has(frame.message_id)) return;
+    this.woken.add(frame.message_id);
     const p = frame.payload as { revisit_id: string; at: string; reason?: string | null };
     this.emit("wake", { revisitId: p.revisit_id, at: p.at, reason: p.reason ?? null, frame, replayed });
   }

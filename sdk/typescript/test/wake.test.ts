@@ -61,17 +61,35 @@ describe("wake and revisit", () => {
     assert.ok(lines.some((t) => t.startsWith("woken: check <b>the</b> build (asked for ")), lines.join("\n"));
   });
 
+  test("a new client of the session is told of the wake it missed, once", async () => {
+    const sid = sessionId("wake");
+    const first = client({ sessionId: sid, role: "client", create: true });
+    await first.connect();
+    const id = await first.revisit(new Date(Date.now() + 500), "resume the job");
+    await first.close();
+    await new Promise((r) => setTimeout(r, 1500)); // due while nobody is attached
+    const second = client({ sessionId: sid, role: "client" });
+    const wakes: WakeEvent[] = [];
+    second.on("wake", (w) => wakes.push(w));
+    await second.connect();
+    await until(() => wakes.length > 0, "the missed wake", 15_000);
+    await new Promise((r) => setTimeout(r, 300));
+    assert.deepEqual(wakes.map((w) => w.revisitId), [id]);
+    assert.equal(second.view.status, "idle");
+  });
+
   test("cancelRevisit withdraws; bad times and edges are refused", async () => {
     const sid = sessionId("wake");
     const agent = client({ sessionId: sid, role: "client", create: true });
     await agent.connect();
-    const id = await agent.revisit("2099-01-01T00:00:00Z", undefined, { revisitId: "far" });
+    const in30Days = new Date(Date.now() + 30 * 86_400_000).toISOString().replace(/\.\d+Z$/, "Z");
+    const id = await agent.revisit(in30Days, undefined, { revisitId: "far" });
     assert.equal(id, "far");
     assert.equal(agent.view.status, "rescheduling");
     await agent.cancelRevisit("far");
     assert.equal(agent.view.status, "idle");
     await assert.rejects(agent.revisit("tomorrow"), RangeError);
-    await assert.rejects(agent.revisit("2099-01-01T00:00:00"), RangeError); // no zone
+    await assert.rejects(agent.revisit(in30Days.slice(0, -1)), RangeError); // no zone
     await assert.rejects(agent.revisit(new Date(Date.now() + 400 * 86_400_000)), (e: unknown) => {
       assert.ok(e instanceof FrameRefused);
       assert.equal(e.errorCode, "invalid_revisit");
