@@ -11,7 +11,8 @@ import structlog
 from protocol.errors import StoreUnavailableError
 from protocol.finalize import finalize
 
-from .core import Hooks, SessionCore
+from ..store.base import Deadline
+from .core import NEVER_DUE_MS, Hooks, SessionCore
 from .participant import Participant
 from .pipeline import CommitPipeline
 from .roster import Roster
@@ -80,6 +81,18 @@ class Departures:
             finally:
                 await coordinator.release(core)  # [multinode] what detaching() took
 
+    def _held_by_revisits(self) -> int | None:
+        """When a detached client's window ends if revisits are pending: the reattach window
+        after the latest one's time (None: none pending, or that is past already)."""
+        core = self.core
+        pending = core.state.pending_revisits
+        if not pending:
+            return None
+        window_s = core.settings.reattach_window
+        latest = max(p.at.timestamp() for p in pending.values())
+        due_ms = int((latest + window_s) * 1000) if window_s != float("inf") else NEVER_DUE_MS
+        return due_ms if due_ms > _now_ms() else None
+
     async def expire(self, participant_id: str) -> None:
         """The participant's reattach window ran out (notes §5, §9)."""
         core = self.core
@@ -89,6 +102,14 @@ class Departures:
             if await core.coordinator.attached_elsewhere(core, participant_id):
                 return  # [multinode] it reattached on another node meanwhile
             if participant_id == core.client_id:
+                held = self._held_by_revisits()
+                if held is not None:
+                    # notes §17.5: the agent said when it comes back; its window runs from
+                    # its last wake, not from its detach.
+                    await core.store.set_deadline(
+                        Deadline(session_id=core.id, participant_id=participant_id, due_ms=held)
+                    )
+                    return
                 await self.hooks.terminate_locked("timeout", "system")
             else:
                 await self.roster.expire_record(participant_id)

@@ -402,3 +402,26 @@ async def test_a_fork_carries_its_pending_revisits(start_master: MakeMaster) -> 
     await asyncio.sleep(0.5)
     assert len(await wakes_in(master, "s-wake-fork")) == 1
     assert len(await wakes_in(master, "s-wake-src")) == 1
+
+
+async def test_a_pending_revisit_holds_the_session_past_its_reattach_window(
+    make_master: Callable[..., Awaitable[Master]],
+) -> None:
+    """A detached client's window runs from its last wake, not its detach: the session
+    outlives the 1 s window until the wake 2 s out, is woken, and ends a window later."""
+    master = await make_master(reattach_window_s=1.0)
+    client = await open_session(master, "s-wake-hold")
+    await client.send("session.revisit.request", {"revisit_id": "r1", "at": at(2.0)})
+    await wait_until(lambda: master.hub.sessions["s-wake-hold"].state.pending_revisits)
+    await client.close()
+    await detached(master, "s-wake-hold", client)
+    await asyncio.sleep(1.5)  # past the window: still live, rescheduling
+    status, body = await http(master, "GET", "/v1/sessions/s-wake-hold")
+    assert (status, body["status"]) == (200, "rescheduling")
+    await wait_until(lambda: _has(wakes_in(master, "s-wake-hold"), 1), timeout=5.0)
+
+    async def ended() -> bool:
+        header = await master.store.get_session("s-wake-hold")
+        return header is None or header.archived
+
+    await wait_until(ended, timeout=5.0)  # a window after the wake, it ends as before

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from relay.store.redis import RedisStore
 from tests.support.masters import MasterProcess, start_all
@@ -35,14 +36,19 @@ def at(seconds: float) -> str:
 
 
 @contextlib.asynccontextmanager
-async def two_nodes(server: RedisServer, tmp_path: Path) -> AsyncIterator[list[MasterProcess]]:
-    """Masters A and B on ``server`` (emptied first); stopped at the end."""
+async def two_nodes(
+    server: RedisServer, tmp_path: Path, *, extra: list[str] | None = None
+) -> AsyncIterator[list[MasterProcess]]:
+    """Masters A and B on ``server`` (emptied first), ``extra`` flags added; stopped at the
+    end."""
     with contextlib.closing(server.client()) as c:
         c.flushall()
     masters = [
         MasterProcess(n, server.url, api_key=KEY, log_dir=tmp_path, reattach_window=30)
         for n in "AB"
     ]
+    for master in masters:
+        master.argv += extra or []
     try:
         await asyncio.to_thread(start_all, masters)
         yield masters
@@ -142,3 +148,39 @@ async def test_a_claim_left_by_a_dead_node_is_logged_once_after_its_lease(
         await asyncio.sleep(0.6)
         assert len(await logged_wakes(store, "s-mn-dead")) == 1
     await store.close()
+
+
+async def test_two_nodes_post_each_wake_once(redis_server: RedisServer, tmp_path: Path) -> None:
+    """Both nodes have the webhook: ten wakes of clients away are POSTed once each."""
+    posts: list[dict[str, Any]] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        posts.append(json.loads(await request.read()))
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/hook", handle)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}/hook"
+    hook = ["--wake-webhook", url, "--wake-webhook-secret", "s3cret"]
+    try:
+        async with two_nodes(redis_server, tmp_path, extra=hook) as (a, b):
+            due = at(1.0)
+            for i in range(10):
+                node = a if i % 2 else b
+                client = await Peer.open(node.ws_url, f"s-mn-hook-{i}", token=KEY, create=True)
+                await client.send("session.revisit.request", {"revisit_id": "r", "at": due})
+                await asyncio.sleep(0.05)
+                await client.close()
+
+            async def all_posted() -> bool:
+                return len(posts) >= 10
+
+            await eventually(all_posted)
+            await asyncio.sleep(1.0)  # both nodes sweep on: nothing is posted twice
+            assert sorted(p["session_id"] for p in posts) == [f"s-mn-hook-{i}" for i in range(10)]
+    finally:
+        await runner.cleanup()

@@ -805,6 +805,8 @@ def test_replay_skips_refused_frames(stream: S.Stream, junk: list[str]) -> None:
 EXPECTED_EFFECTS: dict[str, Effect] = {
     "session.renamed": Effect.RENAME,
     "session.presence": Effect.PRESENCE,
+    "session.revisit.request": Effect.REVISIT,  # notes §17.5: the store keeps its record
+    "session.revisit.cancel": Effect.REVISIT_CANCEL,
 }
 
 
