@@ -14,6 +14,7 @@ cut into deltas that fit a frame, an object too large for a frame is replaced by
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -74,6 +75,7 @@ MAX_OBJECT_BYTES: Final = 256 * 1024
 """A tool input or output, or an ``acp.*`` payload, larger than this is replaced by a marker."""
 _MAX_ID: Final = 200
 _MAX_NAME: Final = 200
+_MAX_CURRENCY: Final = 16
 
 OpKind = Literal[
     "turn_start",
@@ -142,6 +144,18 @@ def _new_id(prefix: str) -> str:
 
 def _pieces(text: str) -> list[str]:
     return [text[i : i + MAX_DELTA_CHARS] for i in range(0, len(text), MAX_DELTA_CHARS)]
+
+
+def _cost(update: UsageUpdate) -> tuple[float, str] | None:
+    """A usage_update's cost as (amount ≥ 0, currency), or None when it has none a reader can
+    trust: an amount that is not a finite number, a currency that is not one short line."""
+    cost = update.cost
+    if cost is None or not math.isfinite(cost.amount):
+        return None
+    currency = cost.currency
+    if not currency or len(currency) > _MAX_CURRENCY or names.one_line(currency) != currency:
+        return None
+    return max(cost.amount, 0.0), currency
 
 
 def permission_options(options: list[PermissionOption]) -> list[dict[str, Any]]:
@@ -291,13 +305,15 @@ class AcpIngest:
             title = names.one_line(update.title).strip()[:_MAX_NAME]
             if title:
                 return [AcpOp("rename", {"name": title})]
+        payload = dump(update)
         if isinstance(update, UsageUpdate):
             self.context = (update.used, update.size)
-            if update.cost is not None and update.cost.currency:
-                self.cost = (max(update.cost.amount, 0.0), update.cost.currency[:16])
+            self.cost = _cost(update)
+            if self.cost is None:
+                payload.pop("cost", None)  # NaN, ±inf or no readable currency: not a cost
         # Everything else (and what arrives outside a turn) keeps its ACP shape.
         ops = self._close_blocks() if self.in_turn else []
-        ops.append(AcpOp("ignorable", {"type": f"acp.{kind}", "payload": dump(update)}))
+        ops.append(AcpOp("ignorable", {"type": f"acp.{kind}", "payload": payload}))
         return ops
 
     def _chunk(self, update: AgentMessageChunk | AgentThoughtChunk, text: str) -> list[AcpOp]:

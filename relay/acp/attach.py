@@ -134,7 +134,11 @@ class AcpAttach:
     # --- lifecycle -----------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Serve the editor until it closes our stdin, the session ends, or :meth:`close`."""
+        """Serve the editor until it closes our stdin, the session ends, or :meth:`close`.
+
+        Attaches first: a refusal of the master (credential, unknown session) is raised
+        before the editor is served (the command exits with it)."""
+        await self._attach()
         reader, writer = self.streams or await stdio_streams(limit=1 << 16)
         self.link = NdjsonLink(
             reader,
@@ -165,15 +169,18 @@ class AcpAttach:
 
     async def open(self) -> None:
         """Attach (once) and read the backlog up to the head the welcome named."""
-        async with self._open_lock:
-            if self._pump is None:
-                await self.client.connect()
-                self._pump = asyncio.create_task(self._read())
+        await self._attach()
         welcome = self.client.welcome
         head = welcome.payload.session.head_seq if welcome is not None else 0
         if self._last_seq >= head:
             self._caught_up.set()
         await self._caught_up.wait()
+
+    async def _attach(self) -> None:
+        async with self._open_lock:
+            if self._pump is None:
+                await self.client.connect()
+                self._pump = asyncio.create_task(self._read())
 
     async def replay(self) -> None:
         """Send what the backlog says, in order, then stream live."""

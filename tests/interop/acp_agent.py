@@ -363,6 +363,30 @@ class Scripted:
         asyncio.get_running_loop().call_later(0.3, os._exit, 0)  # after the answer, idle
         return PromptResponse(stop_reason="end_turn")
 
+    async def do_costly(self, sid: str, text: str) -> PromptResponse:
+        # "costly WHAT": a usage_update whose cost is WHAT, written raw (NaN and Infinity are
+        # what Python's json writes for them; no SDK would send them on purpose).
+        cost = {
+            "nan": b'{"amount": NaN, "currency": "USD"}',
+            "inf": b'{"amount": Infinity, "currency": "USD"}',
+            "big": b'{"amount": 1e400, "currency": "USD"}',
+            "newline": b'{"amount": 2.5, "currency": "USD\\n\\u001b[31mrm -rf"}',
+            "long": b'{"amount": 2.5, "currency": "' + b"X" * 5000 + b'"}',
+            "ok": b'{"amount": 0.25, "currency": "EUR"}',
+        }[text.split()[1]]
+        line = (
+            b'{"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": '
+            + json.dumps(sid).encode()
+            + b', "update": {"sessionUpdate": "usage_update", "used": 10, "size": 100, '
+            + b'"cost": '
+            + cost
+            + b"}}}\n"
+        )
+        await asyncio.sleep(0.05)
+        _raw(1, line)
+        await self.send(sid, update_agent_message_text(f"cost {text.split()[1]}"))
+        return PromptResponse(stop_reason="end_turn")
+
     async def do_refuse(self, sid: str, text: str) -> PromptResponse:
         await self.send(sid, update_agent_message_text("no"))
         return PromptResponse(stop_reason="refusal")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -26,6 +27,7 @@ __all__ = [
     "library_bridge",
     "payloads",
     "records",
+    "refused_command",
     "validate_sequence",
 ]
 
@@ -139,3 +141,27 @@ async def validate_sequence(frames: list[Frame | GenericFrame], tmp_path: Path) 
     )
     out, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 0, out.decode() + err.decode()
+
+
+async def refused_command(master: Master, *args: str, token: str = API_KEY) -> tuple[int, str]:
+    """``rawp ARGS`` against ``master`` with ``token``, its stdin an open pipe (an editor that
+    says nothing): its exit status and stderr."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAWP_TOKEN", "RAWP_API_KEY")}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rawp.cli",
+        *args,
+        env={**env, "RAWP_WS_URL": master.ws_url, "RAWP_API_KEY": token},
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        _, err = await asyncio.wait_for(process.communicate(), 60)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise
+    assert process.returncode is not None
+    return process.returncode, err.decode()

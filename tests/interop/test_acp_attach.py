@@ -35,6 +35,7 @@ from tests.interop.acp_support import (
     library_bridge,
     payloads,
     records,
+    refused_command,
     validate_sequence,
 )
 
@@ -333,3 +334,19 @@ async def test_attach_killed_and_started_again_replays_the_whole_session(
     assert second.texts("user_message_chunk") == ["one", "two"]
     assert second.texts() == ["echo: one", "echo: two"]
     await validate_sequence(edge.frames, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("token", "said"),
+    [("rk_not_a_key", "unknown credential"), (API_KEY, "no session acp-nowhere")],
+    ids=["bad-token", "unknown-session"],
+)
+async def test_attach_refused_by_the_master_exits_1_with_one_line(
+    master: Master, token: str, said: str
+) -> None:
+    """The master refuses the attach: exit 1 at once, one line on stderr, no traceback."""
+    code, err = await refused_command(master, "acp", "attach", "acp-nowhere", token=token)
+    assert code == 1
+    (line,) = err.splitlines()
+    assert line.startswith("rawp acp attach: the relay refused the session: ")
+    assert said in line

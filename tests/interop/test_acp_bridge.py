@@ -23,6 +23,7 @@ from tests.interop.acp_support import (
     library_bridge,
     payloads,
     records,
+    refused_command,
     validate_sequence,
 )
 
@@ -511,3 +512,62 @@ async def test_bridge_command_line_needs_a_credential(tmp_path: Path) -> None:
     assert process.returncode == 2
     assert b"needs --token" in err
     assert b"Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("token", "flags", "said"),
+    [
+        ("rk_not_a_key", (), "unknown credential"),
+        (API_KEY, ("--no-create",), "no session acp-b21"),
+    ],
+    ids=["bad-token", "unknown-session"],
+)
+async def test_bridge_refused_by_the_master_exits_1_with_one_line(
+    master: Master, tmp_path: Path, token: str, flags: tuple[str, ...], said: str
+) -> None:
+    """The master refuses the bridge: exit 1, one line on stderr saying why, no traceback,
+    and the agent is never started."""
+    code, err = await refused_command(
+        master,
+        "bridge",
+        "acp",
+        "--session",
+        "acp-b21",
+        *flags,
+        "--",
+        *agent_command(tmp_path),
+        token=token,
+    )
+    assert code == 1
+    (line,) = err.splitlines()
+    assert line.startswith("rawp bridge acp: the relay refused the session: ")
+    assert said in line
+    assert records(tmp_path) == []
+
+
+async def test_a_cost_that_is_not_a_number_or_has_no_one_line_currency_is_dropped(
+    master: Master, tmp_path: Path
+) -> None:
+    """usage_update's cost NaN, ±Infinity, or with a currency that is not one short line: no
+    cost in acp.usage_update and 0 in session.usage; a sane cost is kept (maps usage_update)."""
+    kinds = ("nan", "inf", "big", "newline", "long", "ok")
+    async with (
+        library_bridge(master, "acp-b22", agent_command(tmp_path)),
+        Edge(master, "acp-b22") as edge,
+    ):
+        for kind in kinds:
+            await edge.client.user_message(f"costly {kind}")
+        await edge.wait(_ended(edge, len(kinds)))
+    updates = payloads(edge, "acp.usage_update")
+    assert len(updates) == len(kinds)
+    assert ["cost" in u for u in updates] == [False] * 5 + [True]
+    assert updates[-1]["cost"] == {"amount": 0.25, "currency": "EUR"}
+    costs = [
+        (u["cost_usage"]["used"], u["cost_usage"]["unit"]) for u in payloads(edge, "session.usage")
+    ]
+    assert costs == [(0.0, "USD")] * 5 + [(0.25, "EUR")]
+    assert [u["context_window"] for u in payloads(edge, "session.usage")] == [
+        {"used": 10, "capacity": 100}
+    ] * len(kinds)
+    assert payloads(edge, "session.error") == []
+    await validate_sequence(edge.frames, tmp_path)
