@@ -242,6 +242,53 @@ class Scripted:
         await self.send(sid, update_agent_message_text(said))
         return PromptResponse(stop_reason="cancelled" if said == "cancelled" else "end_turn")
 
+    async def ask_refused(self, sid: str, options: list[PermissionOption]) -> PromptResponse:
+        """A permission request the relay should refuse: the refusal recorded, the turn goes
+        on (a message, a normal end)."""
+        from acp import RequestError
+
+        assert self.conn is not None
+        try:
+            answer = await self.conn.request_permission(
+                session_id=sid,
+                tool_call=ToolCallUpdate(tool_call_id="call-x", title="Odd request"),
+                options=options,
+            )
+            said = f"answered {answer.outcome.outcome}"
+        except RequestError as exc:
+            said = f"refused {exc.code}: {exc}"
+        self.record("permission_answer", outcome=said)
+        await self.send(sid, update_agent_message_text("went on"))
+        return PromptResponse(stop_reason="end_turn")
+
+    async def do_permission_many(self, sid: str, text: str) -> PromptResponse:
+        options = [
+            PermissionOption(option_id=f"o{i}", name=f"Option {i}", kind="allow_once")
+            for i in range(10_000)
+        ]
+        return await self.ask_refused(sid, options)
+
+    async def do_permission_name(self, sid: str, text: str) -> PromptResponse:
+        options = [
+            PermissionOption(option_id="allow", name="A" * (2 << 20), kind="allow_once"),
+            PermissionOption(option_id="reject", name="Reject", kind="reject_once"),
+        ]
+        return await self.ask_refused(sid, options)
+
+    async def do_permission_id(self, sid: str, text: str) -> PromptResponse:
+        options = [
+            PermissionOption(option_id="i" * 5000, name="Allow", kind="allow_once"),
+            PermissionOption(option_id="reject", name="Reject", kind="reject_once"),
+        ]
+        return await self.ask_refused(sid, options)
+
+    async def do_permission_wide(self, sid: str, text: str) -> PromptResponse:
+        options = [
+            PermissionOption(option_id=f"o{i}", name=f"{i} " + "w" * 900, kind="allow_once")
+            for i in range(40)
+        ]
+        return await self.ask_refused(sid, options)
+
     async def do_withdraw(self, sid: str, text: str) -> PromptResponse:
         asking = asyncio.ensure_future(self.ask(sid))
         await asyncio.sleep(0.3)

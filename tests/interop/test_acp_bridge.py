@@ -6,6 +6,7 @@ every edge's frames pass ``rawp validate --sequence``. One test per row of docs/
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import sys
@@ -389,6 +390,30 @@ async def test_agent_that_never_answers_initialize(master: Master, tmp_path: Pat
     assert "did not answer initialize within 1 s" in error["message"]
 
 
+async def test_initialize_timing_out_cancels_its_call(master: Master, tmp_path: Path) -> None:
+    """The initialize call that timed out is cancelled, not left pending until the agent's
+    connection closes under it (a failure nobody reads, reported by the event loop)."""
+    loop = asyncio.get_running_loop()
+    unread: list[str] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, context: unread.append(context["message"]))
+    try:
+        command = agent_command(tmp_path, "--no-init")
+        async with (
+            library_bridge(master, "acp-b25", command, init_timeout=0.5) as bridge,
+            Edge(master, "acp-b25") as edge,
+        ):
+            await edge.wait_type("session.error")
+            conn = bridge.agent.conn if bridge.agent is not None else None
+        assert conn is None  # stopped, and its calls settled
+        for _ in range(3):
+            gc.collect()
+            await asyncio.sleep(0.05)
+    finally:
+        loop.set_exception_handler(previous)
+    assert [m for m in unread if "never retrieved" in m] == []
+
+
 async def test_a_command_that_cannot_start(master: Master, tmp_path: Path) -> None:
     """A missing executable is reported, not a crash of the bridge."""
     command = [str(tmp_path / "no-such-agent")]
@@ -570,4 +595,57 @@ async def test_a_cost_that_is_not_a_number_or_has_no_one_line_currency_is_droppe
         {"used": 10, "capacity": 100}
     ] * len(kinds)
     assert payloads(edge, "session.error") == []
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_a_permission_request_past_the_bounds_is_refused_to_the_agent(
+    master: Master, tmp_path: Path
+) -> None:
+    """10,000 options, a 2 MiB option name, a 5,000-character optionId: never asked of the
+    edges; the agent gets a JSON-RPC error saying why, the edges a session.error, and the turn
+    goes on and ends normally."""
+    prompts = ("permission-many", "permission-name", "permission-id")
+    async with (
+        library_bridge(master, "acp-b23", agent_command(tmp_path)),
+        Edge(master, "acp-b23") as edge,
+    ):
+        for text in prompts:
+            await edge.client.user_message(text)
+        await edge.wait(_ended(edge, len(prompts)))
+        # The bridge and the session go on.
+        await edge.client.user_message("permission")
+        await edge.wait_type("agent.interaction.request")
+        (ask,) = payloads(edge, "agent.interaction.request")
+        await edge.client.interaction_response(ask["interaction_id"], "allow")
+        await edge.wait(_ended(edge, len(prompts) + 1))
+    answers = [r["params"]["outcome"] for r in records(tmp_path, "permission_answer")]
+    assert [a.split(":")[0] for a in answers] == ["refused -32602"] * 3 + ["selected allow"]
+    assert "10000 options; at most 64" in answers[0]
+    assert "name has 2097152 characters" in answers[1]
+    assert "optionId has 5000 characters" in answers[2]
+    errors = payloads(edge, "session.error")
+    assert [e["error_code"] for e in errors] == ["acp_permission_refused"] * 3
+    assert [p["stop_reason"] for p in payloads(edge, "session.turn.end")] == ["end_turn"] * 4
+    assert [d["delta"] for d in payloads(edge, "agent.text.delta")][:3] == ["went on"] * 3
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_a_question_the_master_refuses_is_refused_to_the_agent(
+    make_master: Callable[..., Any], tmp_path: Path
+) -> None:
+    """Within the bridge's bounds but past the master's frame size: the agent is refused
+    rather than left waiting for an answer nobody was asked; the turn ends normally."""
+    master: Master = await make_master(max_frame_bytes=32 * 1024)
+    async with (
+        library_bridge(master, "acp-b24", agent_command(tmp_path)),
+        Edge(master, "acp-b24") as edge,
+    ):
+        await edge.client.user_message("permission-wide")
+        await edge.wait(_ended(edge))
+    (answer,) = [r["params"]["outcome"] for r in records(tmp_path, "permission_answer")]
+    assert answer.startswith("refused -32602")
+    assert "the relay did not accept it" in answer
+    assert [e["error_code"] for e in payloads(edge, "session.error")] == ["acp_permission_refused"]
+    assert payloads(edge, "agent.interaction.request") == []
+    assert payloads(edge, "session.turn.end")[0]["stop_reason"] == "end_turn"
     await validate_sequence(edge.frames, tmp_path)
