@@ -5,33 +5,23 @@ master, real subprocesses, every RAWP edge's frames valid in sequence."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from acp import PROTOCOL_VERSION, RequestError, text_block
 from acp.client.connection import ClientSideConnection
-from acp.connection import StreamEvent
-from acp.schema import (
-    AllowedOutcome,
-    DeniedOutcome,
-    PermissionOption,
-    RequestPermissionResponse,
-    ToolCallUpdate,
-)
-from acp.stdio import spawn_agent_process
 
 from relay.acp.attach import AcpAttach
 from relay.server import Master
 from tests.e2e.conftest import API_KEY
 from tests.interop.acp_support import (
     Edge,
+    Editor,
     agent_command,
+    attached,
     library_bridge,
     payloads,
     records,
@@ -40,80 +30,6 @@ from tests.interop.acp_support import (
 )
 
 pytestmark = pytest.mark.timeout(180)
-ROOT = Path(__file__).resolve().parents[2]
-
-
-class Editor:
-    """An ACP client (what an editor implements): records updates and permission requests;
-    answers them with ``choose`` (an option id), or waits until the agent withdraws them."""
-
-    def __init__(self, choose: str | None = None) -> None:
-        self.choose = choose
-        self.updates: list[Any] = []
-        self.asked: list[tuple[ToolCallUpdate, list[PermissionOption]]] = []
-        self.withdrawn: list[Any] = []
-        self.asking = asyncio.Event()
-        self._withdrawal = asyncio.Event()
-
-    async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
-        self.updates.append(update)
-
-    async def request_permission(
-        self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption], **_: Any
-    ) -> RequestPermissionResponse:
-        self.asked.append((tool_call, options))
-        self.asking.set()
-        if self.choose is not None:
-            return RequestPermissionResponse(
-                outcome=AllowedOutcome(outcome="selected", option_id=self.choose)
-            )
-        await self._withdrawal.wait()
-        return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
-
-    def observe(self, event: StreamEvent) -> None:
-        """Every raw message: the ``$/cancel_request`` the package's router does not route."""
-        if event.message.get("method") == "$/cancel_request":
-            self.withdrawn.append(event.message["params"]["requestId"])
-            self._withdrawal.set()
-
-    def kinds(self) -> list[str]:
-        return [u.session_update for u in self.updates]
-
-    def texts(self, kind: str = "agent_message_chunk") -> list[str]:
-        return [u.content.text for u in self.updates if u.session_update == kind]
-
-    async def wait(self, predicate: Any) -> None:
-        async with asyncio.timeout(60):
-            while not predicate(self):
-                await asyncio.sleep(0.02)
-
-
-@contextlib.asynccontextmanager
-async def attached(
-    master: Master, session: str, editor: Editor
-) -> AsyncIterator[tuple[ClientSideConnection, asyncio.subprocess.Process]]:
-    """``rawp acp attach SESSION`` as a subprocess, the editor's connection to it initialized."""
-    env = {
-        "RAWP_API_KEY": API_KEY,
-        "RAWP_WS_URL": master.ws_url,
-        "PYTHONPATH": str(ROOT),
-    }
-    async with spawn_agent_process(
-        editor,
-        sys.executable,
-        "-m",
-        "rawp.cli",
-        "acp",
-        "attach",
-        session,
-        env=env,
-        cwd=ROOT,
-        observers=[editor.observe],
-    ) as (conn, process):
-        init = await asyncio.wait_for(conn.initialize(protocol_version=PROTOCOL_VERSION), 60)
-        assert init.agent_capabilities is not None
-        assert init.agent_capabilities.load_session is True
-        yield conn, process
 
 
 async def test_load_replays_the_log_and_a_prompt_streams_its_turn(
