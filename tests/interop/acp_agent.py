@@ -434,6 +434,119 @@ class Scripted:
         await self.send(sid, update_agent_message_text(f"cost {text.split()[1]}"))
         return PromptResponse(stop_reason="end_turn")
 
+    async def do_kinds(self, sid: str, text: str) -> PromptResponse:
+        """Every update kind and shape the "full" turn leaves out, in one turn."""
+        from acp import schema
+
+        def chunk(kind: str, content: dict[str, Any], message_id: str | None = None) -> Any:
+            model = {
+                "user_message_chunk": schema.UserMessageChunk,
+                "agent_message_chunk": schema.AgentMessageChunk,
+                "agent_thought_chunk": schema.AgentThoughtChunk,
+            }[kind]
+            update = {"sessionUpdate": kind, "content": content}
+            if message_id is not None:
+                update["messageId"] = message_id
+            return model.model_validate(update)
+
+        for update in (
+            chunk("user_message_chunk", {"type": "text", "text": "what the user said"}),
+            chunk("agent_message_chunk", {"type": "text", "text": "one "}, "m-1"),
+            chunk("agent_message_chunk", {"type": "text", "text": "block"}, "m-1"),
+            chunk("agent_message_chunk", {"type": "text", "text": "next"}, "m-2"),
+            chunk(
+                "agent_message_chunk", {"type": "image", "data": "iVBO", "mimeType": "image/png"}
+            ),
+            chunk("agent_message_chunk", {"type": "text", "text": "y" * 250_000}),
+            chunk(
+                "agent_thought_chunk", {"type": "audio", "data": "UklG", "mimeType": "audio/wav"}
+            ),
+            start_tool_call("t-str", "Run ls", kind="execute", raw_input="ls -la"),
+            update_tool_call("t-str", status="completed", raw_output="a b c"),
+            update_tool_call(
+                "t-new",
+                title="Read gone.txt",
+                status="failed",
+                content=[tool_content(text_block("no such file"))],
+            ),
+            schema.AgentPlanContentUpdate.model_validate(
+                {
+                    "sessionUpdate": "plan_update",
+                    "plan": {"type": "items", "planId": "p1", "entries": []},
+                }
+            ),
+            schema.AgentPlanRemovedUpdate(session_update="plan_removed", plan_id="p1"),
+            schema.ConfigOptionUpdate.model_validate(
+                {
+                    "sessionUpdate": "config_option_update",
+                    "configOptions": [
+                        {
+                            "type": "select",
+                            "id": "model",
+                            "name": "Model",
+                            "currentValue": "fast",
+                            "options": [{"value": "fast", "name": "Fast"}],
+                        }
+                    ],
+                }
+            ),
+            SessionInfoUpdate(
+                session_update="session_info_update", title="Bad\x1b[31m " + "t" * 300
+            ),
+            SessionInfoUpdate(
+                session_update="session_info_update", updated_at="2026-12-08T00:00:00Z"
+            ),
+        ):
+            await self.send(sid, update)
+        return PromptResponse(
+            stop_reason="end_turn",
+            usage=Usage(
+                total_tokens=9,
+                input_tokens=5,
+                output_tokens=4,
+                cached_read_tokens=3,
+                cached_write_tokens=2,
+            ),
+        )
+
+    async def do_stop(self, sid: str, text: str) -> PromptResponse:
+        await self.send(sid, update_agent_message_text("stopping"))
+        return PromptResponse(stop_reason=text.split()[1])  # type: ignore[arg-type]
+
+    async def do_fs(self, sid: str, text: str) -> PromptResponse:
+        """Asks for what the bridge does not advertise: every call must be refused."""
+        from acp import RequestError
+
+        assert self.conn is not None
+        for name, call in (
+            ("fs/read_text_file", self.conn.read_text_file(path="/etc/hostname", session_id=sid)),
+            (
+                "fs/write_text_file",
+                self.conn.write_text_file(path="/tmp/x", content="x", session_id=sid),
+            ),
+            ("terminal/create", self.conn.create_terminal(command="ls", session_id=sid)),
+        ):
+            try:
+                await call
+                said = "allowed"
+            except RequestError as exc:
+                said = f"refused {exc.code}"
+            self.record("client_call", method=name, outcome=said)
+        await self.send(sid, update_agent_message_text("did it myself"))
+        return PromptResponse(stop_reason="end_turn")
+
+    async def do_late(self, sid: str, text: str) -> PromptResponse:
+        """Asks permission after its turn ended: answered cancelled at once."""
+
+        async def later() -> None:
+            await asyncio.sleep(0.2)
+            answer = await self.ask(sid)
+            self.record("permission_answer", outcome=answer.outcome.outcome)
+
+        asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(later()))
+        await self.send(sid, update_agent_message_text("done early"))
+        return PromptResponse(stop_reason="end_turn")
+
     async def do_refuse(self, sid: str, text: str) -> PromptResponse:
         await self.send(sid, update_agent_message_text("no"))
         return PromptResponse(stop_reason="refusal")

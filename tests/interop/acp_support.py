@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ __all__ = [
     "payloads",
     "records",
     "refused_command",
+    "validate_log",
     "validate_sequence",
 ]
 
@@ -139,6 +141,19 @@ async def library_bridge(
     finally:
         bridge.close()
         await asyncio.wait_for(task, 30)
+    await validate_log(master, session_id)
+
+
+async def validate_log(master: Master, session_id: str) -> None:
+    """``rawp validate --sequence`` passes on the session's whole log, read from the start by
+    an edge as any UI would (every bridged session's log is checked this way on the way out)."""
+    head = await master.store.head_seq(session_id)
+    if head == 0:
+        return
+    async with Edge(master, session_id) as reader:
+        await reader.wait(lambda fs: max((f.seq or 0 for f in fs), default=0) >= head)
+    with tempfile.TemporaryDirectory() as folder:
+        await validate_sequence(reader.frames, Path(folder))
 
 
 async def validate_sequence(frames: list[Frame | GenericFrame], tmp_path: Path) -> None:

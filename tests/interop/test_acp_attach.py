@@ -10,10 +10,12 @@ import socket
 import sys
 from pathlib import Path
 
+import aiohttp
 import pytest
 from acp import PROTOCOL_VERSION, RequestError, text_block
 from acp.client.connection import ClientSideConnection
 
+from protocol.client import RawpClient
 from relay.acp.attach import AcpAttach
 from relay.server import Master
 from tests.e2e.conftest import API_KEY
@@ -266,3 +268,143 @@ async def test_attach_refused_by_the_master_exits_1_with_one_line(
     (line,) = err.splitlines()
     assert line.startswith("rawp acp attach: the relay refused the session: ")
     assert said in line
+
+
+async def test_new_session_names_the_attached_session_then_replays(
+    master: Master, tmp_path: Path
+) -> None:
+    """session/new (an editor that only creates sessions): the answer is SESSION, the log's
+    replay follows it."""
+    async with (
+        library_bridge(master, "acp-a7", agent_command(tmp_path)),
+        Edge(master, "acp-a7") as edge,
+    ):
+        await edge.client.user_message("before")
+        await edge.wait_type("session.usage")
+        editor = Editor()
+        async with attached(master, "acp-a7", editor) as (conn, _):
+            created = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+            assert created.session_id == "acp-a7"
+            await editor.wait(lambda e: "echo: before" in e.texts())
+    assert editor.texts("user_message_chunk") == ["before"]
+
+
+async def test_prompts_while_a_turn_runs_are_busy_and_cancel_stops_it(
+    master: Master, tmp_path: Path
+) -> None:
+    """While an editor's prompt runs, its second prompt and another editor's prompt (the
+    master's busy) are JSON-RPC errors -32000; session/cancel becomes control.cancel and the
+    running prompt answers cancelled."""
+    async with (
+        library_bridge(master, "acp-a8", agent_command(tmp_path)),
+        Edge(master, "acp-a8") as edge,
+    ):
+        first, second = Editor(), Editor()
+        async with (
+            attached(master, "acp-a8", first) as (one, _),
+            attached(master, "acp-a8", second) as (two, _),
+        ):
+            await one.load_session(cwd=str(tmp_path), session_id="acp-a8", mcp_servers=[])
+            await two.load_session(cwd=str(tmp_path), session_id="acp-a8", mcp_servers=[])
+            running = asyncio.create_task(
+                one.prompt(session_id="acp-a8", prompt=[text_block("cancel")])
+            )
+            await first.wait(lambda e: "working" in e.texts())
+            with pytest.raises(RequestError) as own:
+                await one.prompt(session_id="acp-a8", prompt=[text_block("again")])
+            with pytest.raises(RequestError) as other:
+                await two.prompt(session_id="acp-a8", prompt=[text_block("me too")])
+            await one.cancel(session_id="acp-a8")
+            response = await asyncio.wait_for(running, 30)
+        await edge.wait_type("session.usage")
+    assert (own.value.code, other.value.code) == (-32000, -32000)
+    assert "busy" in str(own.value)
+    assert "busy" in str(other.value)
+    assert response.stop_reason == "cancelled"
+    assert len(payloads(edge, "control.cancel")) == 1
+    assert len(records(tmp_path, "session/cancel")) == 1
+    assert [r["params"]["text"] for r in records(tmp_path, "session/prompt")] == ["cancel"]
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_two_editors_answering_at_once_one_answer_wins(
+    master: Master, tmp_path: Path
+) -> None:
+    """Both editors answer the same permission request at once, differently: one answer
+    reaches the agent, the other is refused by the master and changes nothing; both editors
+    see the same outcome and go on working."""
+    async with (
+        library_bridge(master, "acp-a9", agent_command(tmp_path)),
+        Edge(master, "acp-a9") as edge,
+    ):
+        first, second = Editor(choose="allow"), Editor(choose="reject")
+        async with (
+            attached(master, "acp-a9", first) as (one, _),
+            attached(master, "acp-a9", second) as (two, _),
+        ):
+            await one.load_session(cwd=str(tmp_path), session_id="acp-a9", mcp_servers=[])
+            await two.load_session(cwd=str(tmp_path), session_id="acp-a9", mcp_servers=[])
+            response = await one.prompt(session_id="acp-a9", prompt=[text_block("permission")])
+            assert response.stop_reason == "end_turn"
+            (outcome,) = [r["params"]["outcome"] for r in records(tmp_path, "permission_answer")]
+            await first.wait(lambda e: outcome in e.texts())
+            await second.wait(lambda e: outcome in e.texts())
+            response = await two.prompt(session_id="acp-a9", prompt=[text_block("still")])
+            assert response.stop_reason == "end_turn"
+    assert len(first.asked) == len(second.asked) == 1
+    answers = [r["response"] for r in payloads(edge, "control.interaction.response")]
+    assert len(answers) == 1
+    assert outcome == f"selected {answers[0]}"
+    assert payloads(edge, "agent.text.delta")[-1]["delta"] == "echo: still"
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_questions_of_a_non_acp_agent_are_asked_of_the_editor(
+    master: Master, tmp_path: Path
+) -> None:
+    """A plain RAWP client's confirmation (Yes / No) and choice (string options: their own
+    ids) reach the editor as permission requests; its answers go back as the values."""
+    agent = RawpClient(master.ws_url, "acp-a10", role="client", token=API_KEY, create=True)
+    await agent.connect()
+    try:
+        async with Edge(master, "acp-a10") as edge:
+            editor = Editor(choose="yes")
+            async with attached(master, "acp-a10", editor) as (conn, _):
+                await conn.load_session(cwd=str(tmp_path), session_id="acp-a10", mcp_servers=[])
+                await agent.turn_start("turn-1")
+                await agent.interaction_request("i-1", "confirmation", "Deploy now?")
+                await edge.wait_type("control.interaction.response")
+                editor.choose = "blue"
+                await agent.interaction_request("i-2", "choice", "Colour?", ["red", "blue"])
+                await edge.wait_type("control.interaction.response", 2)
+            await agent.turn_end("turn-1", "end_turn")
+            await agent.usage(input_tokens=0, output_tokens=0, turn_id="turn-1")
+    finally:
+        await agent.close()
+    (confirm, choice) = editor.asked
+    assert [(o.option_id, o.kind) for o in confirm[1]] == [
+        ("yes", "allow_once"),
+        ("no", "reject_once"),
+    ]
+    assert [o.option_id for o in choice[1]] == ["red", "blue"]
+    responses = payloads(edge, "control.interaction.response")
+    assert [(r["interaction_id"], r["response"]) for r in responses] == [
+        ("i-1", True),
+        ("i-2", "blue"),
+    ]
+
+
+async def test_a_deleted_session_ends_the_attach(master: Master, tmp_path: Path) -> None:
+    """session.deleted: the attach exits (the editor sees its agent process end)."""
+    async with library_bridge(master, "acp-a11", agent_command(tmp_path)):
+        editor = Editor()
+        async with attached(master, "acp-a11", editor) as (conn, process):
+            await conn.load_session(cwd=str(tmp_path), session_id="acp-a11", mcp_servers=[])
+            async with aiohttp.ClientSession() as http:
+                deleted = await http.delete(
+                    f"{master.http_url}/v1/sessions/acp-a11",
+                    headers={"Authorization": f"Bearer {API_KEY}"},
+                )
+                assert deleted.status in (200, 202, 204)
+            code = await asyncio.wait_for(process.wait(), 30)
+    assert code == 0

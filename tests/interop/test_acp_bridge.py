@@ -649,3 +649,196 @@ async def test_a_question_the_master_refuses_is_refused_to_the_agent(
     assert payloads(edge, "agent.interaction.request") == []
     assert payloads(edge, "session.turn.end")[0]["stop_reason"] == "end_turn"
     await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_every_other_update_kind_and_shape_is_mapped(master: Master, tmp_path: Path) -> None:
+    """user_message_chunk, messageId blocks, non-text chunks, a 250,000-character chunk, a
+    non-object rawInput, an update for an unannounced call that failed, plan_update,
+    plan_removed, config_option_update, a hostile title, a title-less session_info_update,
+    cached token counts."""
+    async with (
+        library_bridge(master, "acp-b26", agent_command(tmp_path)),
+        Edge(master, "acp-b26") as edge,
+    ):
+        await edge.client.user_message("kinds")
+        await edge.wait(_ended(edge))
+    types = edge.types()
+    turn = types[types.index("session.turn.start") : types.index("session.usage") + 1]
+    assert turn == [
+        "session.turn.start",
+        "acp.user_message_chunk",
+        "agent.text.delta",
+        "agent.text.delta",
+        "agent.text.done",
+        "agent.text.delta",
+        "agent.text.done",
+        "acp.agent_message_chunk",
+        "agent.text.delta",
+        "agent.text.delta",
+        "agent.text.delta",
+        "agent.text.done",
+        "acp.agent_thought_chunk",
+        "tool.invoke.request",
+        "acp.tool_call",
+        "acp.tool_call_update",
+        "tool.invoke.result",
+        "tool.invoke.request",
+        "acp.tool_call_update",
+        "tool.invoke.result",
+        "acp.plan_update",
+        "acp.plan_removed",
+        "acp.config_option_update",
+        "session.renamed",
+        "acp.session_info_update",
+        "session.turn.end",
+        "session.usage",
+    ]
+    (said,) = payloads(edge, "acp.user_message_chunk")
+    assert said["content"] == {"type": "text", "text": "what the user said"}
+    deltas = payloads(edge, "agent.text.delta")
+    assert [d["block_id"] for d in deltas[:3]] == ["m-1", "m-1", "m-2"]
+    assert [len(d["delta"]) for d in deltas[3:]] == [100_000, 100_000, 50_000]
+    image = payloads(edge, "acp.agent_message_chunk")[0]["content"]
+    assert (image["type"], image["mimeType"]) == ("image", "image/png")
+    assert payloads(edge, "acp.agent_thought_chunk")[0]["content"]["type"] == "audio"
+    requests = payloads(edge, "tool.invoke.request")
+    assert requests == [
+        {"call_id": "t-str", "tool_name": "Run ls", "input": {"value": "ls -la"}},
+        {"call_id": "t-new", "tool_name": "Read gone.txt", "input": {}},
+    ]
+    assert payloads(edge, "tool.invoke.result") == [
+        {"call_id": "t-str", "status": "ok", "output": "a b c"},
+        {"call_id": "t-new", "status": "error", "output": "no such file"},
+    ]
+    assert payloads(edge, "acp.plan_update")[0]["plan"]["planId"] == "p1"
+    assert payloads(edge, "acp.plan_removed")[0]["planId"] == "p1"
+    options = payloads(edge, "acp.config_option_update")[0]["configOptions"]
+    assert options[0]["currentValue"] == "fast"
+    (renamed,) = payloads(edge, "session.renamed")
+    assert renamed["name"].startswith("Bad\\u001b[31m tttt")
+    assert len(renamed["name"]) == 200
+    assert "\x1b" not in renamed["name"]
+    assert payloads(edge, "acp.session_info_update")[0]["updatedAt"] == "2026-12-08T00:00:00Z"
+    (usage,) = payloads(edge, "session.usage")
+    assert usage["token_usage"] == {
+        "input_tokens": 5,
+        "output_tokens": 4,
+        "cache_read_tokens": 3,
+        "cache_write_tokens": 2,
+    }
+    await validate_sequence(edge.frames, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("acp_reason", "rawp_reason"),
+    [("max_tokens", "max_tokens"), ("max_turn_requests", "max_tokens"), ("cancelled", "cancelled")],
+)
+async def test_stop_reasons_map(
+    master: Master, tmp_path: Path, acp_reason: str, rawp_reason: str
+) -> None:
+    """Each ACP stop reason ends the turn with its RAWP one; one RAWP has no word for is kept
+    in acp.stop_reason."""
+    async with (
+        library_bridge(master, "acp-b27", agent_command(tmp_path)),
+        Edge(master, "acp-b27") as edge,
+    ):
+        await edge.client.user_message(f"stop {acp_reason}")
+        await edge.wait(_ended(edge))
+    assert payloads(edge, "session.turn.end")[0]["stop_reason"] == rawp_reason
+    kept = [] if acp_reason == rawp_reason else [{"stopReason": acp_reason}]
+    assert payloads(edge, "acp.stop_reason") == kept
+
+
+async def test_fs_and_terminal_requests_are_refused(master: Master, tmp_path: Path) -> None:
+    """fs/* and terminal/* (not advertised): "method not found" to the agent, which goes on."""
+    async with (
+        library_bridge(master, "acp-b28", agent_command(tmp_path)),
+        Edge(master, "acp-b28") as edge,
+    ):
+        await edge.client.user_message("fs")
+        await edge.wait(_ended(edge))
+    calls = [
+        (r["params"]["method"], r["params"]["outcome"]) for r in records(tmp_path, "client_call")
+    ]
+    assert calls == [
+        ("fs/read_text_file", "refused -32601"),
+        ("fs/write_text_file", "refused -32601"),
+        ("terminal/create", "refused -32601"),
+    ]
+    assert [d["delta"] for d in payloads(edge, "agent.text.delta")] == ["did it myself"]
+
+
+async def test_permission_outside_a_turn_is_cancelled_at_once(
+    master: Master, tmp_path: Path
+) -> None:
+    """A permission request after the agent's turn ended is answered cancelled at once and
+    never asked of the edges."""
+    async with (
+        library_bridge(master, "acp-b29", agent_command(tmp_path)),
+        Edge(master, "acp-b29") as edge,
+    ):
+        await edge.client.user_message("late")
+        await edge.wait(_ended(edge))
+        async with asyncio.timeout(30):
+            while not records(tmp_path, "permission_answer"):
+                await asyncio.sleep(0.05)
+    assert records(tmp_path, "permission_answer")[0]["params"]["outcome"] == "cancelled"
+    assert payloads(edge, "agent.interaction.request") == []
+
+
+@pytest.mark.parametrize(
+    ("response", "chosen"),
+    [
+        (True, "selected allow"),
+        (False, "selected reject"),
+        ({"option_id": "allow"}, "selected allow"),
+        ({"optionId": "reject"}, "selected reject"),
+    ],
+    ids=["true", "false", "option_id", "optionId"],
+)
+async def test_answer_forms_select_an_option(
+    master: Master, tmp_path: Path, response: Any, chosen: str
+) -> None:
+    """true / false pick the first allow / reject option; an object names the optionId."""
+    async with (
+        library_bridge(master, "acp-b30", agent_command(tmp_path)),
+        Edge(master, "acp-b30") as edge,
+    ):
+        await edge.client.user_message("permission")
+        await edge.wait_type("agent.interaction.request")
+        (ask,) = payloads(edge, "agent.interaction.request")
+        await edge.client.interaction_response(ask["interaction_id"], response)
+        await edge.wait(_ended(edge))
+    assert records(tmp_path, "permission_answer")[0]["params"]["outcome"] == chosen
+    assert payloads(edge, "session.error") == []
+
+
+async def test_a_session_the_agent_cannot_load_is_replaced(master: Master, tmp_path: Path) -> None:
+    """The agent refuses session/load of the session the bridge kept: acp_session_lost, then
+    session/new, whose id is kept; prompts go on."""
+    state = tmp_path / "bridge-state.json"
+    _agent_state(state, '{"session_id": "agent-gone"}')
+    command = agent_command(tmp_path, "--load", "--sessions", str(tmp_path / "sessions.json"))
+    async with (
+        library_bridge(master, "acp-b31", command, state_path=state),
+        Edge(master, "acp-b31") as edge,
+    ):
+        await edge.wait_type("acp.session")
+        await edge.client.user_message("hello")
+        await edge.wait(_ended(edge))
+    (load,) = records(tmp_path, "session/load")
+    assert load["params"]["session_id"] == "agent-gone"
+    (new,) = records(tmp_path, "session/new")
+    (error,) = payloads(edge, "session.error")
+    assert error["error_code"] == "acp_session_lost"
+    assert payloads(edge, "acp.session")[0]["sessionId"] == new["params"]["session_id"]
+    assert f'"{new["params"]["session_id"]}"' in _agent_state(state)
+    assert [d["delta"] for d in payloads(edge, "agent.text.delta")] == ["echo: hello"]
+
+
+def _agent_state(state: Path, text: str | None = None) -> str:
+    """The bridge's saved agent session (``STATE.acp.json``), written first when ``text``."""
+    path = Path(f"{state}.acp.json")
+    if text is not None:
+        path.write_text(text)
+    return path.read_text()
