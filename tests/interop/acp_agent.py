@@ -517,21 +517,27 @@ class Scripted:
         """Asks for what the bridge does not advertise: every call must be refused."""
         from acp import RequestError
 
-        assert self.conn is not None
+        conn = self.conn
+        assert conn is not None
         for name, call in (
-            ("fs/read_text_file", self.conn.read_text_file(path="/etc/hostname", session_id=sid)),
+            (
+                "fs/read_text_file",
+                lambda: conn.read_text_file(path="/etc/hostname", session_id=sid),
+            ),
             (
                 "fs/write_text_file",
-                self.conn.write_text_file(path="/tmp/x", content="x", session_id=sid),
+                lambda: conn.write_text_file(path="/tmp/x", content="x", session_id=sid),
             ),
-            ("terminal/create", self.conn.create_terminal(command="ls", session_id=sid)),
+            ("terminal/create", lambda: conn.create_terminal(command="ls", session_id=sid)),
         ):
             try:
-                await call
+                await call()
                 said = "allowed"
             except RequestError as exc:
                 said = f"refused {exc.code}"
-            self.record("client_call", method=name, outcome=said)
+            except Exception as exc:  # what a refusal must not be
+                said = f"failed {type(exc).__name__}: {exc}"
+            self.record("client_call", call=name, outcome=said)
         await self.send(sid, update_agent_message_text("did it myself"))
         return PromptResponse(stop_reason="end_turn")
 

@@ -715,7 +715,7 @@ async def test_every_other_update_kind_and_shape_is_mapped(master: Master, tmp_p
     options = payloads(edge, "acp.config_option_update")[0]["configOptions"]
     assert options[0]["currentValue"] == "fast"
     (renamed,) = payloads(edge, "session.renamed")
-    assert renamed["name"].startswith("Bad\\u001b[31m tttt")
+    assert renamed["name"].startswith("Bad\\x1b[31m tttt")
     assert len(renamed["name"]) == 200
     assert "\x1b" not in renamed["name"]
     assert payloads(edge, "acp.session_info_update")[0]["updatedAt"] == "2026-12-08T00:00:00Z"
@@ -758,7 +758,7 @@ async def test_fs_and_terminal_requests_are_refused(master: Master, tmp_path: Pa
         await edge.client.user_message("fs")
         await edge.wait(_ended(edge))
     calls = [
-        (r["params"]["method"], r["params"]["outcome"]) for r in records(tmp_path, "client_call")
+        (r["params"]["call"], r["params"]["outcome"]) for r in records(tmp_path, "client_call")
     ]
     assert calls == [
         ("fs/read_text_file", "refused -32601"),
