@@ -145,21 +145,25 @@ async def library_bridge(
 
 
 async def validate_log(master: Master, session_id: str) -> None:
-    """``rawp validate --sequence`` passes on the session's whole log, read from the start by
-    an edge as any UI would (every bridged session's log is checked this way on the way out)."""
-    head = await master.store.head_seq(session_id)
-    if head == 0:
+    """``rawp validate --sequence`` passes on the session's whole log as the master stored it
+    (every bridged session's log is checked this way on the way out)."""
+    entries = await master.store.read(session_id)
+    if not entries:
         return
-    async with Edge(master, session_id) as reader:
-        await reader.wait(lambda fs: max((f.seq or 0 for f in fs), default=0) >= head)
     with tempfile.TemporaryDirectory() as folder:
-        await validate_sequence(reader.frames, Path(folder))
+        path = Path(folder) / "log.jsonl"
+        path.write_bytes(b"".join(e.data + b"\n" for e in entries))
+        await _validate_file(path)
 
 
 async def validate_sequence(frames: list[Frame | GenericFrame], tmp_path: Path) -> None:
     """``rawp validate --sequence`` passes on the frames (JSON Lines)."""
     path = tmp_path / "frames.jsonl"
     path.write_bytes(b"".join(codec.encode(f) + b"\n" for f in frames))
+    await _validate_file(path)
+
+
+async def _validate_file(path: Path) -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

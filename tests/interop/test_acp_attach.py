@@ -408,3 +408,44 @@ async def test_a_deleted_session_ends_the_attach(master: Master, tmp_path: Path)
                 assert deleted.status in (200, 202, 204)
             code = await asyncio.wait_for(process.wait(), 30)
     assert code == 0
+
+
+async def test_withdrawals_failures_and_the_other_update_kinds_reach_the_editor(
+    master: Master, tmp_path: Path
+) -> None:
+    """agent.interaction.cancel withdraws the editor's question ($/cancel_request); a tool call
+    cancelled by a crash is failed; plan_update, plan_removed, config_option_update, non-text
+    chunks and the session's title come through as the same ACP updates."""
+    async with (
+        library_bridge(master, "acp-a12", agent_command(tmp_path)),
+        Edge(master, "acp-a12") as edge,
+    ):
+        editor = Editor()  # never answers
+        async with attached(master, "acp-a12", editor) as (conn, _):
+            await conn.load_session(cwd=str(tmp_path), session_id="acp-a12", mcp_servers=[])
+            await edge.client.user_message("withdraw")
+            await editor.wait(lambda e: e.withdrawn)
+            await edge.wait_type("session.usage")
+            for text in ("crash", "kinds"):
+                await edge.client.user_message(text)
+            await edge.wait_type("session.usage", 3)
+            await editor.wait(lambda e: "session_info_update" in e.kinds())
+    assert len(editor.asked) == 1
+    failed = [
+        u
+        for u in editor.updates
+        if u.session_update == "tool_call_update" and u.tool_call_id == "call-c" and u.status
+    ]
+    assert failed[-1].status == "failed"
+    kinds = editor.kinds()
+    for kind in ("plan_update", "plan_removed", "config_option_update", "user_message_chunk"):
+        assert kind in kinds
+    images = [
+        u
+        for u in editor.updates
+        if u.session_update == "agent_message_chunk" and u.content.type == "image"
+    ]
+    assert images[0].content.mime_type == "image/png"
+    title = [u.title for u in editor.updates if u.session_update == "session_info_update"]
+    assert title[0].startswith("Bad\\x1b[31m")
+    await validate_sequence(edge.frames, tmp_path)
