@@ -5,10 +5,15 @@ frames pass ``rawp validate --sequence``. Skipped (loudly) only when node is mis
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from relay.server import Master
@@ -22,6 +27,7 @@ from tests.interop.acp_support import (
     validate_sequence,
 )
 from tests.interop.conftest import run_harness
+from tests.support.masters import MasterProcess
 
 pytestmark = pytest.mark.timeout(180)
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,4 +135,75 @@ async def test_npm_agent_behind_the_bridge_asks_an_npm_editor(
     assert payloads(edge, "tool.invoke.result") == [
         {"call_id": "npm-call", "status": "error", "output": {"chosen": "no"}}
     ]
+    await validate_sequence(edge.frames, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MasterProcess]:
+    """A real ``rawp serve`` (memory store) for the module's all-subprocess tests."""
+    master = MasterProcess(
+        "acp-npm", "memory", api_key=API_KEY, log_dir=tmp_path_factory.mktemp("rawp-serve")
+    )
+    master.spawn()
+    try:
+        master.wait_ready()
+        yield master
+    finally:
+        master.stop()
+
+
+async def _session_exists(http_url: str, session: str) -> None:
+    async with aiohttp.ClientSession() as http, asyncio.timeout(60):
+        while True:
+            got = await http.get(
+                f"{http_url}/v1/sessions/{session}",
+                headers={"Authorization": f"Bearer {API_KEY}"},
+            )
+            if got.status == 200:
+                return
+            await asyncio.sleep(0.1)
+
+
+async def test_all_processes_rawp_serve_bridge_and_attach_with_both_npm_sides(
+    served: MasterProcess, acp_npm: Path, tmp_path: Path
+) -> None:
+    """Nothing in the test's process but a RAWP edge: ``rawp serve``, ``rawp bridge acp --
+    node agent.mjs`` (the npm agent side) and ``rawp acp attach`` under the npm client side;
+    the editor's prompt and permission answer cross every process; SIGTERM stops the bridge
+    cleanly."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAWP_TOKEN", "RAWP_API_KEY")}
+    bridge = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rawp.cli",
+        "bridge",
+        "acp",
+        "--session",
+        "acp-n3",
+        "--",
+        "node",
+        str(acp_npm / "agent.mjs"),
+        env={**env, "RAWP_API_KEY": API_KEY, "RAWP_WS_URL": served.ws_url},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        await _session_exists(served.http_url, "acp-n3")
+        async with Edge(served, "acp-n3") as edge:  # type: ignore[arg-type]
+            await edge.wait_type("acp.session")
+            editor = _editor(served, "acp-n3", tmp_path, choose="yes", prompts=["ask it", "hi"])  # type: ignore[arg-type]
+            report = await run_harness(acp_npm, editor, tmp_path, "client.mjs")
+            await edge.wait_type("session.usage", 2)
+    finally:
+        if bridge.returncode is None:
+            bridge.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(bridge.wait(), 30)
+    assert code == 0
+    assert report["errors"] == [], report["stderr"]
+    assert report["stops"] == ["end_turn", "end_turn"]
+    assert _texts(report["updates"]) == ["Let me check.", "chosen: yes", "npm echo: hi"]
+    assert payloads(edge, "tool.invoke.result") == [
+        {"call_id": "npm-call", "status": "ok", "output": {"chosen": "yes"}}
+    ]
+    assert [p["text"] for p in payloads(edge, "user.message")] == ["ask it", "hi"]
     await validate_sequence(edge.frames, tmp_path)
