@@ -25,6 +25,7 @@ from tests.interop.acp_support import (
     payloads,
     records,
     refused_command,
+    validate_log,
     validate_sequence,
 )
 
@@ -508,6 +509,7 @@ async def test_bridge_killed_mid_turn_reattaches_and_loads_the_agent_session(
     assert session.state.turn_id is None
     assert not session.state.finalized
     await validate_sequence(edge.frames, tmp_path)
+    await validate_log(master, "acp-b17")
 
 
 def _all(edge: Edge) -> list[dict[str, Any]]:
