@@ -5,6 +5,7 @@ master, real subprocesses, every RAWP edge's frames valid in sequence."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import sys
@@ -197,14 +198,59 @@ async def test_attach_survives_a_drop_without_doubled_updates(
 
 
 async def test_load_of_another_session_is_refused(master: Master, tmp_path: Path) -> None:
-    """session/load names the attached session only; another id is an invalid-params error."""
-    async with library_bridge(master, "acp-a5", agent_command(tmp_path)):
+    """session/load and session/prompt name the attached session only; another id is an
+    invalid-params error and sends nothing."""
+    async with (
+        library_bridge(master, "acp-a5", agent_command(tmp_path)),
+        Edge(master, "acp-a5") as edge,
+    ):
         editor = Editor()
         async with attached(master, "acp-a5", editor) as (conn, _):
             with pytest.raises(RequestError) as refused:
                 await conn.load_session(cwd=str(tmp_path), session_id="other", mcp_servers=[])
-    assert refused.value.code == -32602
+            with pytest.raises(RequestError) as prompted:
+                await conn.prompt(session_id="other", prompt=[text_block("hello")])
+    assert refused.value.code == prompted.value.code == -32602
     assert "acp-a5" in str(refused.value.data)
+    assert payloads(edge, "user.message") == []
+
+
+async def test_editor_garbage_is_dropped_and_the_attach_goes_on(
+    master: Master, tmp_path: Path
+) -> None:
+    """Lines from the editor that are not JSON-RPC, and an over-long one, are dropped; the
+    next request is answered."""
+    async with library_bridge(master, "acp-a13", agent_command(tmp_path)):
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "rawp.cli",
+            "acp",
+            "attach",
+            "acp-a13",
+            "--max-message-bytes",
+            "4096",
+            env={**os.environ, "RAWP_API_KEY": API_KEY, "RAWP_WS_URL": master.ws_url},
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        assert process.stdin is not None
+        assert process.stdout is not None
+        try:
+            process.stdin.write(b"not json\n[1,2]\n\xff\xfe\n" + b"x" * 10_000 + b"\n")
+            process.stdin.write(
+                b'{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":1}}\n'
+            )
+            await process.stdin.drain()
+            line = await asyncio.wait_for(process.stdout.readline(), 60)
+        finally:
+            process.stdin.close()
+            code = await asyncio.wait_for(process.wait(), 30)
+    answer = json.loads(line)
+    assert answer["id"] == 7
+    assert answer["result"]["agentCapabilities"]["loadSession"] is True
+    assert code == 0
 
 
 async def test_attach_command_line_needs_a_credential() -> None:
