@@ -136,9 +136,10 @@ class AcpAttach:
     async def run(self) -> None:
         """Serve the editor until it closes our stdin, the session ends, or :meth:`close`.
 
-        Attaches first: a refusal of the master (credential, unknown session) is raised
-        before the editor is served (the command exits with it)."""
-        await self._attach()
+        Attaches at once, while the editor is served: a refusal of the master (credential,
+        unknown session) is raised (the command exits with it) before the editor waits on
+        it; a master that cannot be reached yet is retried meanwhile."""
+        connecting = asyncio.create_task(self._attach())
         reader, writer = self.streams or await stdio_streams(limit=1 << 16)
         self.link = NdjsonLink(
             reader,
@@ -150,12 +151,19 @@ class AcpAttach:
         listening = asyncio.create_task(self.conn.listen())
         closed = asyncio.create_task(self._closed.wait())
         try:
-            await asyncio.wait({listening, closed}, return_when=asyncio.FIRST_COMPLETED)
+            waiting: set[asyncio.Task[Any]] = {listening, closed, connecting}
+            while True:
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if connecting in done:
+                    connecting.result()  # a refusal ends the command
+                    waiting.discard(connecting)
+                if done - {connecting}:
+                    break
         finally:
-            for task in (listening, closed, self._pump, *self._asks.values()):
+            for task in (connecting, listening, closed, self._pump, *self._asks.values()):
                 if task is not None:
                     task.cancel()
-            for task in (listening, closed, self._pump):
+            for task in (connecting, listening, closed, self._pump):
                 if task is not None:
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task

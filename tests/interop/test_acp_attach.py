@@ -215,6 +215,39 @@ async def test_load_of_another_session_is_refused(master: Master, tmp_path: Path
     assert payloads(edge, "user.message") == []
 
 
+async def test_an_unreachable_master_does_not_keep_the_editor_waiting(tmp_path: Path) -> None:
+    """The master is not up (yet): initialize is answered at once while the attach retries;
+    the editor closing stdin ends it."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # nothing listens there once closed
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rawp.cli",
+        "acp",
+        "attach",
+        "acp-a14",
+        env={**os.environ, "RAWP_API_KEY": API_KEY, "RAWP_WS_URL": f"ws://127.0.0.1:{port}/v1/ws"},
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert process.stdin is not None
+    assert process.stdout is not None
+    try:
+        process.stdin.write(
+            b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n'
+        )
+        await process.stdin.drain()
+        line = await asyncio.wait_for(process.stdout.readline(), 60)
+    finally:
+        process.stdin.close()
+        code = await asyncio.wait_for(process.wait(), 30)
+    assert json.loads(line)["result"]["agentInfo"]["name"] == "rawp-acp-attach"
+    assert code == 0
+
+
 async def test_editor_garbage_is_dropped_and_the_attach_goes_on(
     master: Master, tmp_path: Path
 ) -> None:
