@@ -14,17 +14,22 @@ from .egress import AcpEgress, Ask, Out
 from .ingest import (
     MAX_DELTA_CHARS,
     MAX_OBJECT_BYTES,
+    MAX_OPTION_NAME_CHARS,
+    MAX_PERMISSION_OPTIONS,
     AcpIngest,
     AcpOp,
     SessionUpdate,
     answer_outcome,
     dump,
     permission_options,
+    permission_problem,
 )
 
 __all__ = [
     "MAX_DELTA_CHARS",
     "MAX_OBJECT_BYTES",
+    "MAX_OPTION_NAME_CHARS",
+    "MAX_PERMISSION_OPTIONS",
     "AcpEgress",
     "AcpIngest",
     "AcpOp",
@@ -34,4 +39,5 @@ __all__ = [
     "answer_outcome",
     "dump",
     "permission_options",
+    "permission_problem",
 ]

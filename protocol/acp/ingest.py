@@ -14,6 +14,7 @@ cut into deltas that fit a frame, an object too large for a frame is replaced by
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -44,12 +45,15 @@ from .. import names
 __all__ = [
     "MAX_DELTA_CHARS",
     "MAX_OBJECT_BYTES",
+    "MAX_OPTION_NAME_CHARS",
+    "MAX_PERMISSION_OPTIONS",
     "AcpIngest",
     "AcpOp",
     "SessionUpdate",
     "answer_outcome",
     "dump",
     "permission_options",
+    "permission_problem",
 ]
 
 SessionUpdate = (
@@ -70,10 +74,15 @@ SessionUpdate = (
 
 MAX_DELTA_CHARS: Final = 100_000
 """One text or thinking delta at most (6 bytes a character escaped: within a 1 MiB frame)."""
+MAX_PERMISSION_OPTIONS: Final = 64
+"""Options of one permission request a UI is asked at most (ACP agents offer two to four)."""
+MAX_OPTION_NAME_CHARS: Final = 1000
+"""One permission option's ``name`` at most (64 of them, escaped, fit in one frame)."""
 MAX_OBJECT_BYTES: Final = 256 * 1024
 """A tool input or output, or an ``acp.*`` payload, larger than this is replaced by a marker."""
 _MAX_ID: Final = 200
 _MAX_NAME: Final = 200
+_MAX_CURRENCY: Final = 16
 
 OpKind = Literal[
     "turn_start",
@@ -144,10 +153,49 @@ def _pieces(text: str) -> list[str]:
     return [text[i : i + MAX_DELTA_CHARS] for i in range(0, len(text), MAX_DELTA_CHARS)]
 
 
+def _cost(update: UsageUpdate) -> tuple[float, str] | None:
+    """A usage_update's cost as (amount ≥ 0, currency), or None when it has none a reader can
+    trust: an amount that is not a finite number, a currency that is not one short line."""
+    cost = update.cost
+    if cost is None or not math.isfinite(cost.amount):
+        return None
+    currency = cost.currency
+    if not currency or len(currency) > _MAX_CURRENCY or names.one_line(currency) != currency:
+        return None
+    return max(cost.amount, 0.0), currency
+
+
+def permission_problem(options: list[PermissionOption]) -> str | None:
+    """Why these options cannot be a RAWP ``choice`` every UI can show and answer, or None.
+
+    At most :data:`MAX_PERMISSION_OPTIONS` options, each with an ``optionId`` of 1 to 200
+    characters (what an answer names back) and a ``name`` of at most
+    :data:`MAX_OPTION_NAME_CHARS` characters: the interaction then fits in one frame.
+    """
+    if len(options) > MAX_PERMISSION_OPTIONS:
+        return f"{len(options)} options; at most {MAX_PERMISSION_OPTIONS} can be asked"
+    for index, option in enumerate(options):
+        if not 0 < len(option.option_id) <= _MAX_ID:
+            return (
+                f"option {index}'s optionId has {len(option.option_id)} characters (1 to {_MAX_ID})"
+            )
+        if len(option.name) > MAX_OPTION_NAME_CHARS:
+            return (
+                f"option {index}'s name has {len(option.name)} characters "
+                f"(at most {MAX_OPTION_NAME_CHARS})"
+            )
+    if len({o.option_id for o in options}) != len(options):
+        return "two options have the same optionId"
+    return None
+
+
 def permission_options(options: list[PermissionOption]) -> list[dict[str, Any]]:
     """ACP permission options as a RAWP choice's options: ``value`` is what an answer names
-    (the ``optionId``), ``label`` what a UI shows, ``kind`` ACP's hint."""
-    return [{"value": o.option_id, "label": o.name, "kind": o.kind} for o in options]
+    (the ``optionId``), ``label`` what a UI shows (control characters escaped), ``kind``
+    ACP's hint. Check :func:`permission_problem` first."""
+    return [
+        {"value": o.option_id, "label": names.one_line(o.name), "kind": o.kind} for o in options
+    ]
 
 
 def answer_outcome(options: list[PermissionOption], response: Any) -> tuple[str | None, bool]:
@@ -291,13 +339,15 @@ class AcpIngest:
             title = names.one_line(update.title).strip()[:_MAX_NAME]
             if title:
                 return [AcpOp("rename", {"name": title})]
+        payload = dump(update)
         if isinstance(update, UsageUpdate):
             self.context = (update.used, update.size)
-            if update.cost is not None and update.cost.currency:
-                self.cost = (max(update.cost.amount, 0.0), update.cost.currency[:16])
+            self.cost = _cost(update)
+            if self.cost is None:
+                payload.pop("cost", None)  # NaN, ±inf or no readable currency: not a cost
         # Everything else (and what arrives outside a turn) keeps its ACP shape.
         ops = self._close_blocks() if self.in_turn else []
-        ops.append(AcpOp("ignorable", {"type": f"acp.{kind}", "payload": dump(update)}))
+        ops.append(AcpOp("ignorable", {"type": f"acp.{kind}", "payload": payload}))
         return ops
 
     def _chunk(self, update: AgentMessageChunk | AgentThoughtChunk, text: str) -> list[AcpOp]:

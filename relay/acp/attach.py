@@ -134,7 +134,12 @@ class AcpAttach:
     # --- lifecycle -----------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Serve the editor until it closes our stdin, the session ends, or :meth:`close`."""
+        """Serve the editor until it closes our stdin, the session ends, or :meth:`close`.
+
+        Attaches at once, while the editor is served: a refusal of the master (credential,
+        unknown session) is raised (the command exits with it) before the editor waits on
+        it; a master that cannot be reached yet is retried meanwhile."""
+        connecting = asyncio.create_task(self._attach())
         reader, writer = self.streams or await stdio_streams(limit=1 << 16)
         self.link = NdjsonLink(
             reader,
@@ -146,12 +151,19 @@ class AcpAttach:
         listening = asyncio.create_task(self.conn.listen())
         closed = asyncio.create_task(self._closed.wait())
         try:
-            await asyncio.wait({listening, closed}, return_when=asyncio.FIRST_COMPLETED)
+            waiting: set[asyncio.Task[Any]] = {listening, closed, connecting}
+            while True:
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if connecting in done:
+                    connecting.result()  # a refusal ends the command
+                    waiting.discard(connecting)
+                if done - {connecting}:
+                    break
         finally:
-            for task in (listening, closed, self._pump, *self._asks.values()):
+            for task in (connecting, listening, closed, self._pump, *self._asks.values()):
                 if task is not None:
                     task.cancel()
-            for task in (listening, closed, self._pump):
+            for task in (connecting, listening, closed, self._pump):
                 if task is not None:
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task
@@ -165,15 +177,18 @@ class AcpAttach:
 
     async def open(self) -> None:
         """Attach (once) and read the backlog up to the head the welcome named."""
-        async with self._open_lock:
-            if self._pump is None:
-                await self.client.connect()
-                self._pump = asyncio.create_task(self._read())
+        await self._attach()
         welcome = self.client.welcome
         head = welcome.payload.session.head_seq if welcome is not None else 0
         if self._last_seq >= head:
             self._caught_up.set()
         await self._caught_up.wait()
+
+    async def _attach(self) -> None:
+        async with self._open_lock:
+            if self._pump is None:
+                await self.client.connect()
+                self._pump = asyncio.create_task(self._read())
 
     async def replay(self) -> None:
         """Send what the backlog says, in order, then stream live."""

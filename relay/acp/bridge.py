@@ -50,7 +50,7 @@ from acp.schema import (
 )
 
 from protocol import codec
-from protocol.acp import AcpIngest, AcpOp, SessionUpdate, answer_outcome
+from protocol.acp import AcpIngest, AcpOp, SessionUpdate, answer_outcome, permission_problem
 from protocol.client import ClientClosed, RawpClient
 from protocol.errors import ProtocolError
 from protocol.frames import (
@@ -81,6 +81,7 @@ class _Permission:
         self.options = options
         self.rpc_id = rpc_id
         self.answer: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        self.refusal: str | None = None  # the master refused to relay the question
 
 
 class _AgentClient:
@@ -253,6 +254,8 @@ class AcpBridge:
                     raise
                 except (ProtocolError, ValueError, TypeError) as exc:
                     _log.warning("frame_not_sent", kind=op.kind, error=str(exc)[:300])
+                    if op.kind == "interaction_request":
+                        self._not_asked(op.args["interaction_id"], str(exc)[:300])
             if sent and self.state_path is not None:
                 with contextlib.suppress(OSError):
                     self.client.save()
@@ -295,6 +298,13 @@ class AcpBridge:
                 await c.rename(a["name"])
         elif op.kind == "ignorable":
             await c.ignorable(a["type"], a["payload"])
+
+    def _not_asked(self, interaction_id: str, why: str) -> None:
+        """The question never reached the edges: the agent is refused, not left waiting."""
+        permission = self._permissions.pop(interaction_id, None)
+        if permission is not None and not permission.answer.done():
+            permission.refusal = f"the relay did not accept it ({why})"
+            permission.answer.set_result(None)
 
     def _report(self, code: str, message: str) -> None:
         self.emit([AcpOp("error", {"error_code": code, "message": message[:1000]})])
@@ -465,14 +475,19 @@ class AcpBridge:
 
     async def _open(self, agent: AgentProcess) -> bool:
         async def step(name: str, call: Any) -> Any:
+            pending = asyncio.ensure_future(call)
             done, _ = await asyncio.wait(
-                {asyncio.ensure_future(call), agent.exited},
+                {pending, agent.exited},
                 timeout=self.init_timeout,
                 return_when=asyncio.FIRST_COMPLETED,
             )
-            for task in done:
-                if task is not agent.exited:
-                    return task.result()
+            if pending in done:
+                return pending.result()
+            # No answer in time (or the agent exited): the call is withdrawn, not left to
+            # fail unread when the connection closes.
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await pending
             if agent.exited.done():
                 raise ConnectionError(agent.describe_exit())
             raise TimeoutError(name)
@@ -547,17 +562,28 @@ class AcpBridge:
         )
         if session_id != self.agent_session_id or not self.ingest.in_turn or self._cancel.is_set():
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        problem = permission_problem(options)
+        if problem is not None:
+            raise self._refuse_permission(problem)
         interaction_id = f"acp-perm-{codec.new_message_id()}"
         permission = _Permission(interaction_id, options, rpc_id)
         self._permissions[interaction_id] = permission
         self.emit(self.ingest.permission(interaction_id, tool_call, options))
         option_id = await permission.answer
         self._permissions.pop(interaction_id, None)
+        if permission.refusal is not None:
+            raise self._refuse_permission(permission.refusal)
         if option_id is None:
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         return RequestPermissionResponse(
             outcome=AllowedOutcome(outcome="selected", option_id=option_id)
         )
+
+    def _refuse_permission(self, why: str) -> RequestError:
+        """A permission request no UI can be asked: said to the edges, and the JSON-RPC error
+        the agent is answered (it decides whether its turn goes on)."""
+        self._report("acp_permission_refused", f"the agent's permission request: {why}")
+        return RequestError(-32602, f"the relay cannot ask this permission request: {why}")
 
     async def _agent_ready(self) -> AgentProcess | None:
         if self.agent is not None and not self.agent.exited.done():

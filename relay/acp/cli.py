@@ -7,8 +7,13 @@ import argparse
 import asyncio
 import contextlib
 import signal
+import sys
+from collections.abc import Awaitable, Callable
 
+from protocol import names
 from protocol.cli_flags import LOCAL_WS_URL, add_connection_flags, connection
+from protocol.client import ConnectRefused, ReconnectExhausted
+from protocol.errors import HandshakeError
 
 from ..bridges import bridge_kinds
 from ..config import LOG_LEVELS
@@ -106,15 +111,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     attach.set_defaults(handler=_run_attach)
 
 
-def _serve(run: object, close: object) -> None:
+def _serve(prog: str, run: Callable[[], Awaitable[None]], close: Callable[[], None]) -> int:
+    """Run until done (0); a refusal of the master is one line on stderr and exit 1."""
+
     async def main() -> None:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError):
-                loop.add_signal_handler(signum, close)  # type: ignore[arg-type]
-        await run()  # type: ignore[operator]
+                loop.add_signal_handler(signum, close)
+        await run()
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except (HandshakeError, ConnectRefused, ReconnectExhausted) as exc:
+        why = names.one_line(str(exc))[:500] or type(exc).__name__
+        print(f"{prog}: the relay refused the session: {why}", file=sys.stderr, flush=True)
+        return 1
+    return 0
 
 
 def _run_bridge(args: argparse.Namespace) -> int:
@@ -134,8 +147,7 @@ def _run_bridge(args: argparse.Namespace) -> int:
         cancel_grace=args.cancel_grace,
         max_message_bytes=args.max_message_bytes,
     )
-    _serve(bridge.run, bridge.close)
-    return 0
+    return _serve("rawp bridge acp", bridge.run, bridge.close)
 
 
 def _run_attach(args: argparse.Namespace) -> int:
@@ -146,5 +158,4 @@ def _run_attach(args: argparse.Namespace) -> int:
     attach = AcpAttach(
         where.ws_url, args.session, token=where.token, max_message_bytes=args.max_message_bytes
     )
-    _serve(attach.run, attach.close)
-    return 0
+    return _serve("rawp acp attach", attach.run, attach.close)

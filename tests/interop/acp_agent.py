@@ -242,6 +242,53 @@ class Scripted:
         await self.send(sid, update_agent_message_text(said))
         return PromptResponse(stop_reason="cancelled" if said == "cancelled" else "end_turn")
 
+    async def ask_refused(self, sid: str, options: list[PermissionOption]) -> PromptResponse:
+        """A permission request the relay should refuse: the refusal recorded, the turn goes
+        on (a message, a normal end)."""
+        from acp import RequestError
+
+        assert self.conn is not None
+        try:
+            answer = await self.conn.request_permission(
+                session_id=sid,
+                tool_call=ToolCallUpdate(tool_call_id="call-x", title="Odd request"),
+                options=options,
+            )
+            said = f"answered {answer.outcome.outcome}"
+        except RequestError as exc:
+            said = f"refused {exc.code}: {exc}"
+        self.record("permission_answer", outcome=said)
+        await self.send(sid, update_agent_message_text("went on"))
+        return PromptResponse(stop_reason="end_turn")
+
+    async def do_permission_many(self, sid: str, text: str) -> PromptResponse:
+        options = [
+            PermissionOption(option_id=f"o{i}", name=f"Option {i}", kind="allow_once")
+            for i in range(10_000)
+        ]
+        return await self.ask_refused(sid, options)
+
+    async def do_permission_name(self, sid: str, text: str) -> PromptResponse:
+        options = [
+            PermissionOption(option_id="allow", name="A" * (2 << 20), kind="allow_once"),
+            PermissionOption(option_id="reject", name="Reject", kind="reject_once"),
+        ]
+        return await self.ask_refused(sid, options)
+
+    async def do_permission_id(self, sid: str, text: str) -> PromptResponse:
+        options = [
+            PermissionOption(option_id="i" * 5000, name="Allow", kind="allow_once"),
+            PermissionOption(option_id="reject", name="Reject", kind="reject_once"),
+        ]
+        return await self.ask_refused(sid, options)
+
+    async def do_permission_wide(self, sid: str, text: str) -> PromptResponse:
+        options = [
+            PermissionOption(option_id=f"o{i}", name=f"{i} " + "w" * 900, kind="allow_once")
+            for i in range(40)
+        ]
+        return await self.ask_refused(sid, options)
+
     async def do_withdraw(self, sid: str, text: str) -> PromptResponse:
         asking = asyncio.ensure_future(self.ask(sid))
         await asyncio.sleep(0.3)
@@ -361,6 +408,149 @@ class Scripted:
     async def do_exit(self, sid: str, text: str) -> PromptResponse:
         await self.send(sid, update_agent_message_text("bye"))
         asyncio.get_running_loop().call_later(0.3, os._exit, 0)  # after the answer, idle
+        return PromptResponse(stop_reason="end_turn")
+
+    async def do_costly(self, sid: str, text: str) -> PromptResponse:
+        # "costly WHAT": a usage_update whose cost is WHAT, written raw (NaN and Infinity are
+        # what Python's json writes for them; no SDK would send them on purpose).
+        cost = {
+            "nan": b'{"amount": NaN, "currency": "USD"}',
+            "inf": b'{"amount": Infinity, "currency": "USD"}',
+            "big": b'{"amount": 1e400, "currency": "USD"}',
+            "newline": b'{"amount": 2.5, "currency": "USD\\n\\u001b[31mrm -rf"}',
+            "long": b'{"amount": 2.5, "currency": "' + b"X" * 5000 + b'"}',
+            "ok": b'{"amount": 0.25, "currency": "EUR"}',
+        }[text.split()[1]]
+        line = (
+            b'{"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": '
+            + json.dumps(sid).encode()
+            + b', "update": {"sessionUpdate": "usage_update", "used": 10, "size": 100, '
+            + b'"cost": '
+            + cost
+            + b"}}}\n"
+        )
+        await asyncio.sleep(0.05)
+        _raw(1, line)
+        await self.send(sid, update_agent_message_text(f"cost {text.split()[1]}"))
+        return PromptResponse(stop_reason="end_turn")
+
+    async def do_kinds(self, sid: str, text: str) -> PromptResponse:
+        """Every update kind and shape the "full" turn leaves out, in one turn."""
+        from acp import schema
+
+        def chunk(kind: str, content: dict[str, Any], message_id: str | None = None) -> Any:
+            model = {
+                "user_message_chunk": schema.UserMessageChunk,
+                "agent_message_chunk": schema.AgentMessageChunk,
+                "agent_thought_chunk": schema.AgentThoughtChunk,
+            }[kind]
+            update = {"sessionUpdate": kind, "content": content}
+            if message_id is not None:
+                update["messageId"] = message_id
+            return model.model_validate(update)
+
+        for update in (
+            chunk("user_message_chunk", {"type": "text", "text": "what the user said"}),
+            chunk("agent_message_chunk", {"type": "text", "text": "one "}, "m-1"),
+            chunk("agent_message_chunk", {"type": "text", "text": "block"}, "m-1"),
+            chunk("agent_message_chunk", {"type": "text", "text": "next"}, "m-2"),
+            chunk(
+                "agent_message_chunk", {"type": "image", "data": "iVBO", "mimeType": "image/png"}
+            ),
+            chunk("agent_message_chunk", {"type": "text", "text": "y" * 250_000}),
+            chunk(
+                "agent_thought_chunk", {"type": "audio", "data": "UklG", "mimeType": "audio/wav"}
+            ),
+            start_tool_call("t-str", "Run ls", kind="execute", raw_input="ls -la"),
+            update_tool_call("t-str", status="completed", raw_output="a b c"),
+            update_tool_call(
+                "t-new",
+                title="Read gone.txt",
+                status="failed",
+                content=[tool_content(text_block("no such file"))],
+            ),
+            schema.AgentPlanContentUpdate.model_validate(
+                {
+                    "sessionUpdate": "plan_update",
+                    "plan": {"type": "items", "planId": "p1", "entries": []},
+                }
+            ),
+            schema.AgentPlanRemovedUpdate(session_update="plan_removed", plan_id="p1"),
+            schema.ConfigOptionUpdate.model_validate(
+                {
+                    "sessionUpdate": "config_option_update",
+                    "configOptions": [
+                        {
+                            "type": "select",
+                            "id": "model",
+                            "name": "Model",
+                            "currentValue": "fast",
+                            "options": [{"value": "fast", "name": "Fast"}],
+                        }
+                    ],
+                }
+            ),
+            SessionInfoUpdate(
+                session_update="session_info_update", title="Bad\x1b[31m " + "t" * 300
+            ),
+            SessionInfoUpdate(
+                session_update="session_info_update", updated_at="2026-12-08T00:00:00Z"
+            ),
+        ):
+            await self.send(sid, update)
+        return PromptResponse(
+            stop_reason="end_turn",
+            usage=Usage(
+                total_tokens=9,
+                input_tokens=5,
+                output_tokens=4,
+                cached_read_tokens=3,
+                cached_write_tokens=2,
+            ),
+        )
+
+    async def do_stop(self, sid: str, text: str) -> PromptResponse:
+        await self.send(sid, update_agent_message_text("stopping"))
+        return PromptResponse(stop_reason=text.split()[1])  # type: ignore[arg-type]
+
+    async def do_fs(self, sid: str, text: str) -> PromptResponse:
+        """Asks for what the bridge does not advertise: every call must be refused."""
+        from acp import RequestError
+
+        conn = self.conn
+        assert conn is not None
+        for name, call in (
+            (
+                "fs/read_text_file",
+                lambda: conn.read_text_file(path="/etc/hostname", session_id=sid),
+            ),
+            (
+                "fs/write_text_file",
+                lambda: conn.write_text_file(path="/tmp/x", content="x", session_id=sid),
+            ),
+            ("terminal/create", lambda: conn.create_terminal(command="ls", session_id=sid)),
+        ):
+            try:
+                await call()
+                said = "allowed"
+            except RequestError as exc:
+                said = f"refused {exc.code}"
+            except Exception as exc:  # what a refusal must not be
+                said = f"failed {type(exc).__name__}: {exc}"
+            self.record("client_call", call=name, outcome=said)
+        await self.send(sid, update_agent_message_text("did it myself"))
+        return PromptResponse(stop_reason="end_turn")
+
+    async def do_late(self, sid: str, text: str) -> PromptResponse:
+        """Asks permission after its turn ended: answered cancelled at once."""
+
+        async def later() -> None:
+            await asyncio.sleep(0.2)
+            answer = await self.ask(sid)
+            self.record("permission_answer", outcome=answer.outcome.outcome)
+
+        asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(later()))
+        await self.send(sid, update_agent_message_text("done early"))
         return PromptResponse(stop_reason="end_turn")
 
     async def do_refuse(self, sid: str, text: str) -> PromptResponse:

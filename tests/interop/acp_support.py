@@ -5,31 +5,53 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
+import os
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
+
+from acp import PROTOCOL_VERSION
+from acp.client.connection import ClientSideConnection
+from acp.connection import StreamEvent
+from acp.schema import (
+    AllowedOutcome,
+    DeniedOutcome,
+    PermissionOption,
+    RequestPermissionResponse,
+    ToolCallUpdate,
+)
+from acp.stdio import spawn_agent_process
 
 from protocol import codec
 from protocol.client import RawpClient
 from protocol.client_frames import unpacked
 from protocol.frames import Frame, GenericFrame, History
+from rawp import cli as rawp_cli
 from relay.acp import AcpBridge
 from relay.server import Master
 from tests.e2e.conftest import API_KEY
 
 __all__ = [
     "AGENT",
+    "ROOT",
     "Edge",
+    "Editor",
     "agent_command",
+    "attached",
     "library_bridge",
     "payloads",
     "records",
+    "refused_command",
+    "validate_log",
     "validate_sequence",
 ]
 
 AGENT = Path(__file__).parent / "acp_agent.py"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def agent_command(tmp_path: Path, *flags: str) -> list[str]:
@@ -121,21 +143,134 @@ async def library_bridge(
     finally:
         bridge.close()
         await asyncio.wait_for(task, 30)
+    await validate_log(master, session_id)
+
+
+async def validate_log(master: Master, session_id: str) -> None:
+    """``rawp validate --sequence`` passes on the session's whole log as the master stored it
+    (every bridged session's log is checked this way on the way out)."""
+    entries = await master.store.read(session_id)
+    if not entries:
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "log.jsonl"
+        path.write_bytes(b"".join(e.data + b"\n" for e in entries))
+        await _validate_file(path)
 
 
 async def validate_sequence(frames: list[Frame | GenericFrame], tmp_path: Path) -> None:
     """``rawp validate --sequence`` passes on the frames (JSON Lines)."""
     path = tmp_path / "frames.jsonl"
     path.write_bytes(b"".join(codec.encode(f) + b"\n" for f in frames))
+    await _validate_file(path)
+
+
+async def _validate_file(path: Path) -> None:
+    """``rawp validate PATH --sequence`` (its entry point, in a thread: no interpreter to start)
+    exits 0; its report is the assertion's message otherwise."""
+
+    def run() -> tuple[int, str]:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            code = rawp_cli.main(["validate", str(path), "--sequence"])
+        return code, out.getvalue()
+
+    code, report = await asyncio.to_thread(run)
+    assert code == 0, report
+
+
+async def refused_command(master: Master, *args: str, token: str = API_KEY) -> tuple[int, str]:
+    """``rawp ARGS`` against ``master`` with ``token``, its stdin an open pipe (an editor that
+    says nothing): its exit status and stderr."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAWP_TOKEN", "RAWP_API_KEY")}
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "rawp.cli",
-        "validate",
-        str(path),
-        "--sequence",
+        *args,
+        env={**env, "RAWP_WS_URL": master.ws_url, "RAWP_API_KEY": token},
+        stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode == 0, out.decode() + err.decode()
+    try:
+        _, err = await asyncio.wait_for(process.communicate(), 60)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise
+    assert process.returncode is not None
+    return process.returncode, err.decode()
+
+
+class Editor:
+    """An ACP client (what an editor implements): records updates and permission requests;
+    answers them with ``choose`` (an option id), or waits until the agent withdraws them."""
+
+    def __init__(self, choose: str | None = None) -> None:
+        self.choose = choose
+        self.updates: list[Any] = []
+        self.asked: list[tuple[ToolCallUpdate, list[PermissionOption]]] = []
+        self.withdrawn: list[Any] = []
+        self.asking = asyncio.Event()
+        self._withdrawal = asyncio.Event()
+
+    async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
+        self.updates.append(update)
+
+    async def request_permission(
+        self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption], **_: Any
+    ) -> RequestPermissionResponse:
+        self.asked.append((tool_call, options))
+        self.asking.set()
+        if self.choose is not None:
+            return RequestPermissionResponse(
+                outcome=AllowedOutcome(outcome="selected", option_id=self.choose)
+            )
+        await self._withdrawal.wait()
+        return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+
+    def observe(self, event: StreamEvent) -> None:
+        """Every raw message: the ``$/cancel_request`` the package's router does not route."""
+        if event.message.get("method") == "$/cancel_request":
+            self.withdrawn.append(event.message["params"]["requestId"])
+            self._withdrawal.set()
+
+    def kinds(self) -> list[str]:
+        return [u.session_update for u in self.updates]
+
+    def texts(self, kind: str = "agent_message_chunk") -> list[str]:
+        return [u.content.text for u in self.updates if u.session_update == kind]
+
+    async def wait(self, predicate: Any) -> None:
+        async with asyncio.timeout(60):
+            while not predicate(self):
+                await asyncio.sleep(0.02)
+
+
+@contextlib.asynccontextmanager
+async def attached(
+    master: Master, session: str, editor: Editor
+) -> AsyncIterator[tuple[ClientSideConnection, asyncio.subprocess.Process]]:
+    """``rawp acp attach SESSION`` as a subprocess, the editor's connection to it initialized."""
+    env = {
+        "RAWP_API_KEY": API_KEY,
+        "RAWP_WS_URL": master.ws_url,
+        "PYTHONPATH": str(ROOT),
+    }
+    async with spawn_agent_process(
+        editor,
+        sys.executable,
+        "-m",
+        "rawp.cli",
+        "acp",
+        "attach",
+        session,
+        env=env,
+        cwd=ROOT,
+        observers=[editor.observe],
+    ) as (conn, process):
+        init = await asyncio.wait_for(conn.initialize(protocol_version=PROTOCOL_VERSION), 60)
+        assert init.agent_capabilities is not None
+        assert init.agent_capabilities.load_session is True
+        yield conn, process

@@ -14,37 +14,62 @@ import pytest
 
 from tests.e2e.conftest import API_KEY, make_master, master
 
-__all__ = ["API_KEY", "HARNESS_DIR", "make_master", "master", "node_harness", "run_harness"]
+__all__ = [
+    "ACP_NPM_DIR",
+    "API_KEY",
+    "HARNESS_DIR",
+    "acp_npm",
+    "make_master",
+    "master",
+    "node_harness",
+    "run_harness",
+]
 
 HARNESS_DIR = Path(__file__).parent / "agui"
+ACP_NPM_DIR = Path(__file__).parent / "acp_npm"
+
+
+def _installed(folder: Path, package: str) -> Path:
+    """``folder`` with its locked packages installed (``npm ci`` when missing or stale);
+    skipped, loudly, only when node/npm are not on PATH."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        reason = f"node/npm are not on PATH: the {package} interop tests are SKIPPED"
+        warnings.warn(reason, stacklevel=3)
+        pytest.skip(reason)
+    marker = folder / "node_modules" / package / "package.json"
+    lock = folder / "package-lock.json"
+    if not marker.exists() or marker.stat().st_mtime < lock.stat().st_mtime:
+        subprocess.run(
+            ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=folder,
+            check=True,
+            timeout=300,
+        )
+    return folder
 
 
 @pytest.fixture(scope="session")
 def node_harness() -> Path:
-    """The harness folder with its locked packages installed (``npm ci`` when missing)."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        reason = "node/npm are not on PATH: the @ag-ui/client interop tests are SKIPPED"
-        warnings.warn(reason, stacklevel=2)
-        pytest.skip(reason)
-    marker = HARNESS_DIR / "node_modules" / "@ag-ui" / "client" / "package.json"
-    lock = HARNESS_DIR / "package-lock.json"
-    if not marker.exists() or marker.stat().st_mtime < lock.stat().st_mtime:
-        subprocess.run(
-            ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=HARNESS_DIR,
-            check=True,
-            timeout=300,
-        )
-    return HARNESS_DIR
+    """The AG-UI harness folder with its locked packages installed."""
+    return _installed(HARNESS_DIR, "@ag-ui/client")
 
 
-async def run_harness(harness: Path, scenario: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
-    """Run ``harness.mjs`` on ``scenario``; its JSON report (stderr shown on failure)."""
+@pytest.fixture(scope="session")
+def acp_npm() -> Path:
+    """The ACP npm folder (``@agentclientprotocol/sdk``) with its locked packages installed."""
+    return _installed(ACP_NPM_DIR, "@agentclientprotocol/sdk")
+
+
+async def run_harness(
+    harness: Path, scenario: dict[str, Any], tmp_path: Path, script: str = "harness.mjs"
+) -> dict[str, Any]:
+    """Run ``script`` (in ``harness``) on ``scenario``; its JSON report (stderr shown on
+    failure)."""
     path = tmp_path / "scenario.json"
     path.write_text(json.dumps(scenario))
     process = await asyncio.create_subprocess_exec(
         "node",
-        str(harness / "harness.mjs"),
+        str(harness / script),
         str(path),
         cwd=harness,
         stdout=asyncio.subprocess.PIPE,

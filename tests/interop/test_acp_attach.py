@@ -5,114 +5,34 @@ master, real subprocesses, every RAWP edge's frames valid in sequence."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import json
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
+import aiohttp
 import pytest
 from acp import PROTOCOL_VERSION, RequestError, text_block
 from acp.client.connection import ClientSideConnection
-from acp.connection import StreamEvent
-from acp.schema import (
-    AllowedOutcome,
-    DeniedOutcome,
-    PermissionOption,
-    RequestPermissionResponse,
-    ToolCallUpdate,
-)
-from acp.stdio import spawn_agent_process
 
+from protocol.client import RawpClient
 from relay.acp.attach import AcpAttach
 from relay.server import Master
 from tests.e2e.conftest import API_KEY
 from tests.interop.acp_support import (
     Edge,
+    Editor,
     agent_command,
+    attached,
     library_bridge,
     payloads,
     records,
+    refused_command,
     validate_sequence,
 )
 
 pytestmark = pytest.mark.timeout(180)
-ROOT = Path(__file__).resolve().parents[2]
-
-
-class Editor:
-    """An ACP client (what an editor implements): records updates and permission requests;
-    answers them with ``choose`` (an option id), or waits until the agent withdraws them."""
-
-    def __init__(self, choose: str | None = None) -> None:
-        self.choose = choose
-        self.updates: list[Any] = []
-        self.asked: list[tuple[ToolCallUpdate, list[PermissionOption]]] = []
-        self.withdrawn: list[Any] = []
-        self.asking = asyncio.Event()
-        self._withdrawal = asyncio.Event()
-
-    async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
-        self.updates.append(update)
-
-    async def request_permission(
-        self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption], **_: Any
-    ) -> RequestPermissionResponse:
-        self.asked.append((tool_call, options))
-        self.asking.set()
-        if self.choose is not None:
-            return RequestPermissionResponse(
-                outcome=AllowedOutcome(outcome="selected", option_id=self.choose)
-            )
-        await self._withdrawal.wait()
-        return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
-
-    def observe(self, event: StreamEvent) -> None:
-        """Every raw message: the ``$/cancel_request`` the package's router does not route."""
-        if event.message.get("method") == "$/cancel_request":
-            self.withdrawn.append(event.message["params"]["requestId"])
-            self._withdrawal.set()
-
-    def kinds(self) -> list[str]:
-        return [u.session_update for u in self.updates]
-
-    def texts(self, kind: str = "agent_message_chunk") -> list[str]:
-        return [u.content.text for u in self.updates if u.session_update == kind]
-
-    async def wait(self, predicate: Any) -> None:
-        async with asyncio.timeout(60):
-            while not predicate(self):
-                await asyncio.sleep(0.02)
-
-
-@contextlib.asynccontextmanager
-async def attached(
-    master: Master, session: str, editor: Editor
-) -> AsyncIterator[tuple[ClientSideConnection, asyncio.subprocess.Process]]:
-    """``rawp acp attach SESSION`` as a subprocess, the editor's connection to it initialized."""
-    env = {
-        "RAWP_API_KEY": API_KEY,
-        "RAWP_WS_URL": master.ws_url,
-        "PYTHONPATH": str(ROOT),
-    }
-    async with spawn_agent_process(
-        editor,
-        sys.executable,
-        "-m",
-        "rawp.cli",
-        "acp",
-        "attach",
-        session,
-        env=env,
-        cwd=ROOT,
-        observers=[editor.observe],
-    ) as (conn, process):
-        init = await asyncio.wait_for(conn.initialize(protocol_version=PROTOCOL_VERSION), 60)
-        assert init.agent_capabilities is not None
-        assert init.agent_capabilities.load_session is True
-        yield conn, process
 
 
 async def test_load_replays_the_log_and_a_prompt_streams_its_turn(
@@ -278,14 +198,92 @@ async def test_attach_survives_a_drop_without_doubled_updates(
 
 
 async def test_load_of_another_session_is_refused(master: Master, tmp_path: Path) -> None:
-    """session/load names the attached session only; another id is an invalid-params error."""
-    async with library_bridge(master, "acp-a5", agent_command(tmp_path)):
+    """session/load and session/prompt name the attached session only; another id is an
+    invalid-params error and sends nothing."""
+    async with (
+        library_bridge(master, "acp-a5", agent_command(tmp_path)),
+        Edge(master, "acp-a5") as edge,
+    ):
         editor = Editor()
         async with attached(master, "acp-a5", editor) as (conn, _):
             with pytest.raises(RequestError) as refused:
                 await conn.load_session(cwd=str(tmp_path), session_id="other", mcp_servers=[])
-    assert refused.value.code == -32602
+            with pytest.raises(RequestError) as prompted:
+                await conn.prompt(session_id="other", prompt=[text_block("hello")])
+    assert refused.value.code == prompted.value.code == -32602
     assert "acp-a5" in str(refused.value.data)
+    assert payloads(edge, "user.message") == []
+
+
+async def test_an_unreachable_master_does_not_keep_the_editor_waiting(tmp_path: Path) -> None:
+    """The master is not up (yet): initialize is answered at once while the attach retries;
+    the editor closing stdin ends it."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # nothing listens there once closed
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rawp.cli",
+        "acp",
+        "attach",
+        "acp-a14",
+        env={**os.environ, "RAWP_API_KEY": API_KEY, "RAWP_WS_URL": f"ws://127.0.0.1:{port}/v1/ws"},
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert process.stdin is not None
+    assert process.stdout is not None
+    try:
+        process.stdin.write(
+            b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n'
+        )
+        await process.stdin.drain()
+        line = await asyncio.wait_for(process.stdout.readline(), 60)
+    finally:
+        process.stdin.close()
+        code = await asyncio.wait_for(process.wait(), 30)
+    assert json.loads(line)["result"]["agentInfo"]["name"] == "rawp-acp-attach"
+    assert code == 0
+
+
+async def test_editor_garbage_is_dropped_and_the_attach_goes_on(
+    master: Master, tmp_path: Path
+) -> None:
+    """Lines from the editor that are not JSON-RPC, and an over-long one, are dropped; the
+    next request is answered."""
+    async with library_bridge(master, "acp-a13", agent_command(tmp_path)):
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "rawp.cli",
+            "acp",
+            "attach",
+            "acp-a13",
+            "--max-message-bytes",
+            "4096",
+            env={**os.environ, "RAWP_API_KEY": API_KEY, "RAWP_WS_URL": master.ws_url},
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        assert process.stdin is not None
+        assert process.stdout is not None
+        try:
+            process.stdin.write(b"not json\n[1,2]\n\xff\xfe\n" + b"x" * 10_000 + b"\n")
+            process.stdin.write(
+                b'{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":1}}\n'
+            )
+            await process.stdin.drain()
+            line = await asyncio.wait_for(process.stdout.readline(), 60)
+        finally:
+            process.stdin.close()
+            code = await asyncio.wait_for(process.wait(), 30)
+    answer = json.loads(line)
+    assert answer["id"] == 7
+    assert answer["result"]["agentCapabilities"]["loadSession"] is True
+    assert code == 0
 
 
 async def test_attach_command_line_needs_a_credential() -> None:
@@ -332,4 +330,201 @@ async def test_attach_killed_and_started_again_replays_the_whole_session(
             await conn.load_session(cwd=str(tmp_path), session_id="acp-a6", mcp_servers=[])
     assert second.texts("user_message_chunk") == ["one", "two"]
     assert second.texts() == ["echo: one", "echo: two"]
+    await validate_sequence(edge.frames, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("token", "said"),
+    [("rk_not_a_key", "unknown credential"), (API_KEY, "no session acp-nowhere")],
+    ids=["bad-token", "unknown-session"],
+)
+async def test_attach_refused_by_the_master_exits_1_with_one_line(
+    master: Master, token: str, said: str
+) -> None:
+    """The master refuses the attach: exit 1 at once, one line on stderr, no traceback."""
+    code, err = await refused_command(master, "acp", "attach", "acp-nowhere", token=token)
+    assert code == 1
+    (line,) = err.splitlines()
+    assert line.startswith("rawp acp attach: the relay refused the session: ")
+    assert said in line
+
+
+async def test_new_session_names_the_attached_session_then_replays(
+    master: Master, tmp_path: Path
+) -> None:
+    """session/new (an editor that only creates sessions): the answer is SESSION, the log's
+    replay follows it."""
+    async with (
+        library_bridge(master, "acp-a7", agent_command(tmp_path)),
+        Edge(master, "acp-a7") as edge,
+    ):
+        await edge.client.user_message("before")
+        await edge.wait_type("session.usage")
+        editor = Editor()
+        async with attached(master, "acp-a7", editor) as (conn, _):
+            created = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+            assert created.session_id == "acp-a7"
+            await editor.wait(lambda e: "echo: before" in e.texts())
+    assert editor.texts("user_message_chunk") == ["before"]
+
+
+async def test_prompts_while_a_turn_runs_are_busy_and_cancel_stops_it(
+    master: Master, tmp_path: Path
+) -> None:
+    """While an editor's prompt runs, its second prompt and another editor's prompt (the
+    master's busy) are JSON-RPC errors -32000; session/cancel becomes control.cancel and the
+    running prompt answers cancelled."""
+    async with (
+        library_bridge(master, "acp-a8", agent_command(tmp_path)),
+        Edge(master, "acp-a8") as edge,
+    ):
+        first, second = Editor(), Editor()
+        async with (
+            attached(master, "acp-a8", first) as (one, _),
+            attached(master, "acp-a8", second) as (two, _),
+        ):
+            await one.load_session(cwd=str(tmp_path), session_id="acp-a8", mcp_servers=[])
+            await two.load_session(cwd=str(tmp_path), session_id="acp-a8", mcp_servers=[])
+            running = asyncio.create_task(
+                one.prompt(session_id="acp-a8", prompt=[text_block("cancel")])
+            )
+            await first.wait(lambda e: "working" in e.texts())
+            with pytest.raises(RequestError) as own:
+                await one.prompt(session_id="acp-a8", prompt=[text_block("again")])
+            with pytest.raises(RequestError) as other:
+                await two.prompt(session_id="acp-a8", prompt=[text_block("me too")])
+            await one.cancel(session_id="acp-a8")
+            response = await asyncio.wait_for(running, 30)
+        await edge.wait_type("session.usage")
+    assert (own.value.code, other.value.code) == (-32000, -32000)
+    assert "busy" in str(own.value)
+    assert "busy" in str(other.value)
+    assert response.stop_reason == "cancelled"
+    assert len(payloads(edge, "control.cancel")) == 1
+    assert len(records(tmp_path, "session/cancel")) == 1
+    assert [r["params"]["text"] for r in records(tmp_path, "session/prompt")] == ["cancel"]
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_two_editors_answering_at_once_one_answer_wins(
+    master: Master, tmp_path: Path
+) -> None:
+    """Both editors answer the same permission request at once, differently: one answer
+    reaches the agent, the other is refused by the master and changes nothing; both editors
+    see the same outcome and go on working."""
+    async with (
+        library_bridge(master, "acp-a9", agent_command(tmp_path)),
+        Edge(master, "acp-a9") as edge,
+    ):
+        first, second = Editor(choose="allow"), Editor(choose="reject")
+        async with (
+            attached(master, "acp-a9", first) as (one, _),
+            attached(master, "acp-a9", second) as (two, _),
+        ):
+            await one.load_session(cwd=str(tmp_path), session_id="acp-a9", mcp_servers=[])
+            await two.load_session(cwd=str(tmp_path), session_id="acp-a9", mcp_servers=[])
+            response = await one.prompt(session_id="acp-a9", prompt=[text_block("permission")])
+            assert response.stop_reason == "end_turn"
+            (outcome,) = [r["params"]["outcome"] for r in records(tmp_path, "permission_answer")]
+            await first.wait(lambda e: outcome in e.texts())
+            await second.wait(lambda e: outcome in e.texts())
+            response = await two.prompt(session_id="acp-a9", prompt=[text_block("still")])
+            assert response.stop_reason == "end_turn"
+    assert len(first.asked) == len(second.asked) == 1
+    answers = [r["response"] for r in payloads(edge, "control.interaction.response")]
+    assert len(answers) == 1
+    assert outcome == f"selected {answers[0]}"
+    assert payloads(edge, "agent.text.delta")[-1]["delta"] == "echo: still"
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_questions_of_a_non_acp_agent_are_asked_of_the_editor(
+    master: Master, tmp_path: Path
+) -> None:
+    """A plain RAWP client's confirmation (Yes / No) and choice (string options: their own
+    ids) reach the editor as permission requests; its answers go back as the values."""
+    agent = RawpClient(master.ws_url, "acp-a10", role="client", token=API_KEY, create=True)
+    await agent.connect()
+    try:
+        async with Edge(master, "acp-a10") as edge:
+            editor = Editor(choose="yes")
+            async with attached(master, "acp-a10", editor) as (conn, _):
+                await conn.load_session(cwd=str(tmp_path), session_id="acp-a10", mcp_servers=[])
+                await agent.turn_start("turn-1")
+                await agent.interaction_request("i-1", "confirmation", "Deploy now?")
+                await edge.wait_type("control.interaction.response")
+                editor.choose = "blue"
+                await agent.interaction_request("i-2", "choice", "Colour?", ["red", "blue"])
+                await edge.wait_type("control.interaction.response", 2)
+            await agent.turn_end("turn-1", "end_turn")
+            await agent.usage(input_tokens=0, output_tokens=0, turn_id="turn-1")
+    finally:
+        await agent.close()
+    (confirm, choice) = editor.asked
+    assert [(o.option_id, o.kind) for o in confirm[1]] == [
+        ("yes", "allow_once"),
+        ("no", "reject_once"),
+    ]
+    assert [o.option_id for o in choice[1]] == ["red", "blue"]
+    responses = payloads(edge, "control.interaction.response")
+    assert [(r["interaction_id"], r["response"]) for r in responses] == [
+        ("i-1", True),
+        ("i-2", "blue"),
+    ]
+
+
+async def test_a_deleted_session_ends_the_attach(master: Master, tmp_path: Path) -> None:
+    """session.deleted: the attach exits (the editor sees its agent process end)."""
+    async with library_bridge(master, "acp-a11", agent_command(tmp_path)):
+        editor = Editor()
+        async with attached(master, "acp-a11", editor) as (conn, process):
+            await conn.load_session(cwd=str(tmp_path), session_id="acp-a11", mcp_servers=[])
+            async with aiohttp.ClientSession() as http:
+                deleted = await http.delete(
+                    f"{master.http_url}/v1/sessions/acp-a11",
+                    headers={"Authorization": f"Bearer {API_KEY}"},
+                )
+                assert deleted.status in (200, 202, 204)
+            code = await asyncio.wait_for(process.wait(), 30)
+    assert code == 0
+
+
+async def test_withdrawals_failures_and_the_other_update_kinds_reach_the_editor(
+    master: Master, tmp_path: Path
+) -> None:
+    """agent.interaction.cancel withdraws the editor's question ($/cancel_request); a tool call
+    cancelled by a crash is failed; plan_update, plan_removed, config_option_update, non-text
+    chunks and the session's title come through as the same ACP updates."""
+    async with (
+        library_bridge(master, "acp-a12", agent_command(tmp_path)),
+        Edge(master, "acp-a12") as edge,
+    ):
+        editor = Editor()  # never answers
+        async with attached(master, "acp-a12", editor) as (conn, _):
+            await conn.load_session(cwd=str(tmp_path), session_id="acp-a12", mcp_servers=[])
+            await edge.client.user_message("withdraw")
+            await editor.wait(lambda e: e.withdrawn)
+            await edge.wait_type("session.usage")
+            for text in ("crash", "kinds"):
+                await edge.client.user_message(text)
+            await edge.wait_type("session.usage", 3)
+            await editor.wait(lambda e: "session_info_update" in e.kinds())
+    assert len(editor.asked) == 1
+    failed = [
+        u
+        for u in editor.updates
+        if u.session_update == "tool_call_update" and u.tool_call_id == "call-c" and u.status
+    ]
+    assert failed[-1].status == "failed"
+    kinds = editor.kinds()
+    for kind in ("plan_update", "plan_removed", "config_option_update", "user_message_chunk"):
+        assert kind in kinds
+    images = [
+        u
+        for u in editor.updates
+        if u.session_update == "agent_message_chunk" and u.content.type == "image"
+    ]
+    assert images[0].content.mime_type == "image/png"
+    title = [u.title for u in editor.updates if u.session_update == "session_info_update"]
+    assert title[0].startswith("Bad\\x1b[31m")
     await validate_sequence(edge.frames, tmp_path)

@@ -6,6 +6,7 @@ every edge's frames pass ``rawp validate --sequence``. One test per row of docs/
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import sys
@@ -23,6 +24,8 @@ from tests.interop.acp_support import (
     library_bridge,
     payloads,
     records,
+    refused_command,
+    validate_log,
     validate_sequence,
 )
 
@@ -388,6 +391,30 @@ async def test_agent_that_never_answers_initialize(master: Master, tmp_path: Pat
     assert "did not answer initialize within 1 s" in error["message"]
 
 
+async def test_initialize_timing_out_cancels_its_call(master: Master, tmp_path: Path) -> None:
+    """The initialize call that timed out is cancelled, not left pending until the agent's
+    connection closes under it (a failure nobody reads, reported by the event loop)."""
+    loop = asyncio.get_running_loop()
+    unread: list[str] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, context: unread.append(context["message"]))
+    try:
+        command = agent_command(tmp_path, "--no-init")
+        async with (
+            library_bridge(master, "acp-b25", command, init_timeout=0.5) as bridge,
+            Edge(master, "acp-b25") as edge,
+        ):
+            await edge.wait_type("session.error")
+            conn = bridge.agent.conn if bridge.agent is not None else None
+        assert conn is None  # stopped, and its calls settled
+        for _ in range(3):
+            gc.collect()
+            await asyncio.sleep(0.05)
+    finally:
+        loop.set_exception_handler(previous)
+    assert [m for m in unread if "never retrieved" in m] == []
+
+
 async def test_a_command_that_cannot_start(master: Master, tmp_path: Path) -> None:
     """A missing executable is reported, not a crash of the bridge."""
     command = [str(tmp_path / "no-such-agent")]
@@ -482,6 +509,7 @@ async def test_bridge_killed_mid_turn_reattaches_and_loads_the_agent_session(
     assert session.state.turn_id is None
     assert not session.state.finalized
     await validate_sequence(edge.frames, tmp_path)
+    await validate_log(master, "acp-b17")
 
 
 def _all(edge: Edge) -> list[dict[str, Any]]:
@@ -511,3 +539,308 @@ async def test_bridge_command_line_needs_a_credential(tmp_path: Path) -> None:
     assert process.returncode == 2
     assert b"needs --token" in err
     assert b"Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("token", "flags", "said"),
+    [
+        ("rk_not_a_key", (), "unknown credential"),
+        (API_KEY, ("--no-create",), "no session acp-b21"),
+    ],
+    ids=["bad-token", "unknown-session"],
+)
+async def test_bridge_refused_by_the_master_exits_1_with_one_line(
+    master: Master, tmp_path: Path, token: str, flags: tuple[str, ...], said: str
+) -> None:
+    """The master refuses the bridge: exit 1, one line on stderr saying why, no traceback,
+    and the agent is never started."""
+    code, err = await refused_command(
+        master,
+        "bridge",
+        "acp",
+        "--session",
+        "acp-b21",
+        *flags,
+        "--",
+        *agent_command(tmp_path),
+        token=token,
+    )
+    assert code == 1
+    (line,) = err.splitlines()
+    assert line.startswith("rawp bridge acp: the relay refused the session: ")
+    assert said in line
+    assert records(tmp_path) == []
+
+
+async def test_a_cost_that_is_not_a_number_or_has_no_one_line_currency_is_dropped(
+    master: Master, tmp_path: Path
+) -> None:
+    """usage_update's cost NaN, ±Infinity, or with a currency that is not one short line: no
+    cost in acp.usage_update and 0 in session.usage; a sane cost is kept (maps usage_update)."""
+    kinds = ("nan", "inf", "big", "newline", "long", "ok")
+    async with (
+        library_bridge(master, "acp-b22", agent_command(tmp_path)),
+        Edge(master, "acp-b22") as edge,
+    ):
+        for kind in kinds:
+            await edge.client.user_message(f"costly {kind}")
+        await edge.wait(_ended(edge, len(kinds)))
+    updates = payloads(edge, "acp.usage_update")
+    assert len(updates) == len(kinds)
+    assert ["cost" in u for u in updates] == [False] * 5 + [True]
+    assert updates[-1]["cost"] == {"amount": 0.25, "currency": "EUR"}
+    costs = [
+        (u["cost_usage"]["used"], u["cost_usage"]["unit"]) for u in payloads(edge, "session.usage")
+    ]
+    assert costs == [(0.0, "USD")] * 5 + [(0.25, "EUR")]
+    assert [u["context_window"] for u in payloads(edge, "session.usage")] == [
+        {"used": 10, "capacity": 100}
+    ] * len(kinds)
+    assert payloads(edge, "session.error") == []
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_a_permission_request_past_the_bounds_is_refused_to_the_agent(
+    master: Master, tmp_path: Path
+) -> None:
+    """10,000 options, a 2 MiB option name, a 5,000-character optionId: never asked of the
+    edges; the agent gets a JSON-RPC error saying why, the edges a session.error, and the turn
+    goes on and ends normally."""
+    prompts = ("permission-many", "permission-name", "permission-id")
+    async with (
+        library_bridge(master, "acp-b23", agent_command(tmp_path)),
+        Edge(master, "acp-b23") as edge,
+    ):
+        for text in prompts:
+            await edge.client.user_message(text)
+        await edge.wait(_ended(edge, len(prompts)))
+        # The bridge and the session go on.
+        await edge.client.user_message("permission")
+        await edge.wait_type("agent.interaction.request")
+        (ask,) = payloads(edge, "agent.interaction.request")
+        await edge.client.interaction_response(ask["interaction_id"], "allow")
+        await edge.wait(_ended(edge, len(prompts) + 1))
+    answers = [r["params"]["outcome"] for r in records(tmp_path, "permission_answer")]
+    assert [a.split(":")[0] for a in answers] == ["refused -32602"] * 3 + ["selected allow"]
+    assert "10000 options; at most 64" in answers[0]
+    assert "name has 2097152 characters" in answers[1]
+    assert "optionId has 5000 characters" in answers[2]
+    errors = payloads(edge, "session.error")
+    assert [e["error_code"] for e in errors] == ["acp_permission_refused"] * 3
+    assert [p["stop_reason"] for p in payloads(edge, "session.turn.end")] == ["end_turn"] * 4
+    assert [d["delta"] for d in payloads(edge, "agent.text.delta")][:3] == ["went on"] * 3
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_a_question_the_master_refuses_is_refused_to_the_agent(
+    make_master: Callable[..., Any], tmp_path: Path
+) -> None:
+    """Within the bridge's bounds but past the master's frame size: the agent is refused
+    rather than left waiting for an answer nobody was asked; the turn ends normally."""
+    master: Master = await make_master(max_frame_bytes=32 * 1024)
+    async with (
+        library_bridge(master, "acp-b24", agent_command(tmp_path)),
+        Edge(master, "acp-b24") as edge,
+    ):
+        await edge.client.user_message("permission-wide")
+        await edge.wait(_ended(edge))
+    (answer,) = [r["params"]["outcome"] for r in records(tmp_path, "permission_answer")]
+    assert answer.startswith("refused -32602")
+    assert "the relay did not accept it" in answer
+    assert [e["error_code"] for e in payloads(edge, "session.error")] == ["acp_permission_refused"]
+    assert payloads(edge, "agent.interaction.request") == []
+    assert payloads(edge, "session.turn.end")[0]["stop_reason"] == "end_turn"
+    await validate_sequence(edge.frames, tmp_path)
+
+
+async def test_every_other_update_kind_and_shape_is_mapped(master: Master, tmp_path: Path) -> None:
+    """user_message_chunk, messageId blocks, non-text chunks, a 250,000-character chunk, a
+    non-object rawInput, an update for an unannounced call that failed, plan_update,
+    plan_removed, config_option_update, a hostile title, a title-less session_info_update,
+    cached token counts."""
+    async with (
+        library_bridge(master, "acp-b26", agent_command(tmp_path)),
+        Edge(master, "acp-b26") as edge,
+    ):
+        await edge.client.user_message("kinds")
+        await edge.wait(_ended(edge))
+    types = edge.types()
+    turn = types[types.index("session.turn.start") : types.index("session.usage") + 1]
+    assert turn == [
+        "session.turn.start",
+        "acp.user_message_chunk",
+        "agent.text.delta",
+        "agent.text.delta",
+        "agent.text.done",
+        "agent.text.delta",
+        "agent.text.done",
+        "acp.agent_message_chunk",
+        "agent.text.delta",
+        "agent.text.delta",
+        "agent.text.delta",
+        "agent.text.done",
+        "acp.agent_thought_chunk",
+        "tool.invoke.request",
+        "acp.tool_call",
+        "acp.tool_call_update",
+        "tool.invoke.result",
+        "tool.invoke.request",
+        "acp.tool_call_update",
+        "tool.invoke.result",
+        "acp.plan_update",
+        "acp.plan_removed",
+        "acp.config_option_update",
+        "session.renamed",
+        "acp.session_info_update",
+        "session.turn.end",
+        "session.usage",
+    ]
+    (said,) = payloads(edge, "acp.user_message_chunk")
+    assert said["content"] == {"type": "text", "text": "what the user said"}
+    deltas = payloads(edge, "agent.text.delta")
+    assert [d["block_id"] for d in deltas[:3]] == ["m-1", "m-1", "m-2"]
+    assert [len(d["delta"]) for d in deltas[3:]] == [100_000, 100_000, 50_000]
+    image = payloads(edge, "acp.agent_message_chunk")[0]["content"]
+    assert (image["type"], image["mimeType"]) == ("image", "image/png")
+    assert payloads(edge, "acp.agent_thought_chunk")[0]["content"]["type"] == "audio"
+    requests = payloads(edge, "tool.invoke.request")
+    assert requests == [
+        {"call_id": "t-str", "tool_name": "Run ls", "input": {"value": "ls -la"}},
+        {"call_id": "t-new", "tool_name": "Read gone.txt", "input": {}},
+    ]
+    assert payloads(edge, "tool.invoke.result") == [
+        {"call_id": "t-str", "status": "ok", "output": "a b c"},
+        {"call_id": "t-new", "status": "error", "output": "no such file"},
+    ]
+    assert payloads(edge, "acp.plan_update")[0]["plan"]["planId"] == "p1"
+    assert payloads(edge, "acp.plan_removed")[0]["planId"] == "p1"
+    options = payloads(edge, "acp.config_option_update")[0]["configOptions"]
+    assert options[0]["currentValue"] == "fast"
+    (renamed,) = payloads(edge, "session.renamed")
+    assert renamed["name"].startswith("Bad\\x1b[31m tttt")
+    assert len(renamed["name"]) == 200
+    assert "\x1b" not in renamed["name"]
+    assert payloads(edge, "acp.session_info_update")[0]["updatedAt"] == "2026-12-08T00:00:00Z"
+    (usage,) = payloads(edge, "session.usage")
+    assert usage["token_usage"] == {
+        "input_tokens": 5,
+        "output_tokens": 4,
+        "cache_read_tokens": 3,
+        "cache_write_tokens": 2,
+    }
+    await validate_sequence(edge.frames, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("acp_reason", "rawp_reason"),
+    [("max_tokens", "max_tokens"), ("max_turn_requests", "max_tokens"), ("cancelled", "cancelled")],
+)
+async def test_stop_reasons_map(
+    master: Master, tmp_path: Path, acp_reason: str, rawp_reason: str
+) -> None:
+    """Each ACP stop reason ends the turn with its RAWP one; one RAWP has no word for is kept
+    in acp.stop_reason."""
+    async with (
+        library_bridge(master, "acp-b27", agent_command(tmp_path)),
+        Edge(master, "acp-b27") as edge,
+    ):
+        await edge.client.user_message(f"stop {acp_reason}")
+        await edge.wait(_ended(edge))
+    assert payloads(edge, "session.turn.end")[0]["stop_reason"] == rawp_reason
+    kept = [] if acp_reason == rawp_reason else [{"stopReason": acp_reason}]
+    assert payloads(edge, "acp.stop_reason") == kept
+
+
+async def test_fs_and_terminal_requests_are_refused(master: Master, tmp_path: Path) -> None:
+    """fs/* and terminal/* (not advertised): "method not found" to the agent, which goes on."""
+    async with (
+        library_bridge(master, "acp-b28", agent_command(tmp_path)),
+        Edge(master, "acp-b28") as edge,
+    ):
+        await edge.client.user_message("fs")
+        await edge.wait(_ended(edge))
+    calls = [
+        (r["params"]["call"], r["params"]["outcome"]) for r in records(tmp_path, "client_call")
+    ]
+    assert calls == [
+        ("fs/read_text_file", "refused -32601"),
+        ("fs/write_text_file", "refused -32601"),
+        ("terminal/create", "refused -32601"),
+    ]
+    assert [d["delta"] for d in payloads(edge, "agent.text.delta")] == ["did it myself"]
+
+
+async def test_permission_outside_a_turn_is_cancelled_at_once(
+    master: Master, tmp_path: Path
+) -> None:
+    """A permission request after the agent's turn ended is answered cancelled at once and
+    never asked of the edges."""
+    async with (
+        library_bridge(master, "acp-b29", agent_command(tmp_path)),
+        Edge(master, "acp-b29") as edge,
+    ):
+        await edge.client.user_message("late")
+        await edge.wait(_ended(edge))
+        async with asyncio.timeout(30):
+            while not records(tmp_path, "permission_answer"):
+                await asyncio.sleep(0.05)
+    assert records(tmp_path, "permission_answer")[0]["params"]["outcome"] == "cancelled"
+    assert payloads(edge, "agent.interaction.request") == []
+
+
+@pytest.mark.parametrize(
+    ("response", "chosen"),
+    [
+        (True, "selected allow"),
+        (False, "selected reject"),
+        ({"option_id": "allow"}, "selected allow"),
+        ({"optionId": "reject"}, "selected reject"),
+    ],
+    ids=["true", "false", "option_id", "optionId"],
+)
+async def test_answer_forms_select_an_option(
+    master: Master, tmp_path: Path, response: Any, chosen: str
+) -> None:
+    """true / false pick the first allow / reject option; an object names the optionId."""
+    async with (
+        library_bridge(master, "acp-b30", agent_command(tmp_path)),
+        Edge(master, "acp-b30") as edge,
+    ):
+        await edge.client.user_message("permission")
+        await edge.wait_type("agent.interaction.request")
+        (ask,) = payloads(edge, "agent.interaction.request")
+        await edge.client.interaction_response(ask["interaction_id"], response)
+        await edge.wait(_ended(edge))
+    assert records(tmp_path, "permission_answer")[0]["params"]["outcome"] == chosen
+    assert payloads(edge, "session.error") == []
+
+
+async def test_a_session_the_agent_cannot_load_is_replaced(master: Master, tmp_path: Path) -> None:
+    """The agent refuses session/load of the session the bridge kept: acp_session_lost, then
+    session/new, whose id is kept; prompts go on."""
+    state = tmp_path / "bridge-state.json"
+    _agent_state(state, '{"session_id": "agent-gone"}')
+    command = agent_command(tmp_path, "--load", "--sessions", str(tmp_path / "sessions.json"))
+    async with (
+        library_bridge(master, "acp-b31", command, state_path=state),
+        Edge(master, "acp-b31") as edge,
+    ):
+        await edge.wait_type("acp.session")
+        await edge.client.user_message("hello")
+        await edge.wait(_ended(edge))
+    (load,) = records(tmp_path, "session/load")
+    assert load["params"]["session_id"] == "agent-gone"
+    (new,) = records(tmp_path, "session/new")
+    (error,) = payloads(edge, "session.error")
+    assert error["error_code"] == "acp_session_lost"
+    assert payloads(edge, "acp.session")[0]["sessionId"] == new["params"]["session_id"]
+    assert f'"{new["params"]["session_id"]}"' in _agent_state(state)
+    assert [d["delta"] for d in payloads(edge, "agent.text.delta")] == ["echo: hello"]
+
+
+def _agent_state(state: Path, text: str | None = None) -> str:
+    """The bridge's saved agent session (``STATE.acp.json``), written first when ``text``."""
+    path = Path(f"{state}.acp.json")
+    if text is not None:
+        path.write_text(text)
+    return path.read_text()
