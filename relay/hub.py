@@ -59,8 +59,8 @@ _PURGE_INTERVAL_S = 60.0  # how often archives past their retention are looked f
 _ARCHIVED_CACHED = 256  # archived sessions kept folded (the dashboard lists them often)
 # Expiries run at once at most (a sweep of windows that end together claims more as these
 # finish, not one batch per tick), and deadlines claimed per store round trip.
-_EXPIRING_AT_ONCE = 128
-_CLAIM_BATCH = 128
+_EXPIRING_AT_ONCE = 32
+_CLAIM_BATCH = 32
 
 
 def new_session_header(
