@@ -13,6 +13,8 @@ the benchmark over JSON lines: it prints ``{"event": ...}`` lines on stdout and 
 * ``latency`` — N edges that record receive time − send stamp for every frame.
 * ``idle`` — N edges (or clients that create their sessions) over many sessions that
   attach and then only read (memory benchmark).
+* ``detach`` — ``count`` clients that each create their session (``prefix-i``), wait for the
+  welcome and leave (close 1000), ``concurrency`` at a time: detached sessions, fast.
 * ``churn`` — N edges that each drop every ~``period_s`` for ~``down_s`` and reattach with
   their participant id and cursor, timing each replay, then verify exact accounting
   against a dump of the session log.
@@ -319,6 +321,41 @@ async def role_idle(cfg: dict[str, Any], commands: Commands) -> None:
     emit("result", still_open=still_open, received=received[0])
 
 
+# --- detach -----------------------------------------------------------------------------
+
+
+async def role_detach(cfg: dict[str, Any], commands: Commands) -> None:
+    host, port, prefix = cfg["host"], cfg["port"], cfg["prefix"]
+    first, count = cfg.get("start", 0), cfg["count"]
+    concurrency = cfg.get("concurrency", 200)
+    failures: list[str] = []
+    done = [0]
+    next_index = iter(range(first, first + count))
+    started = time.monotonic()
+
+    async def lane() -> None:
+        for i in next_index:
+            try:
+                ws, _ = await attach(
+                    host, port, hello(f"{prefix}-{i}", "client", API_KEY, create=True)
+                )
+                await ws.close(1000, timeout=5)
+            except Exception as exc:
+                failures.append(repr(exc)[:200])
+            done[0] += 1
+            if done[0] % 10_000 == 0:
+                emit("progress", done=done[0], seconds=time.monotonic() - started)
+
+    await asyncio.gather(*(lane() for _ in range(concurrency)))
+    emit(
+        "done",
+        created=done[0] - len(failures),
+        failures=len(failures),
+        failure_examples=failures[:3],
+        seconds=time.monotonic() - started,
+    )
+
+
 # --- churn ------------------------------------------------------------------------------
 
 
@@ -541,6 +578,7 @@ ROLES = {
     "latency": role_latency,
     "idle": role_idle,
     "churn": role_churn,
+    "detach": role_detach,
     "storm_attach": lambda cfg, commands: _storm("role_storm_attach", cfg, commands),
     "storm": lambda cfg, commands: _storm("role_storm", cfg, commands),
     "throughput_picows": lambda cfg, commands: _storm("role_throughput", cfg, commands),
