@@ -129,11 +129,22 @@ class CompactionBlock(_Block, tag="compaction"):
     preserved_elements: PreservedElements | None = None
 
 
-NoticeKind: TypeAlias = Literal["renamed", "deleted", "ended", "error", "history", "cancel"]
+NoticeKind: TypeAlias = Literal[
+    "renamed",
+    "deleted",
+    "ended",
+    "error",
+    "history",
+    "cancel",
+    "revisit",
+    "revisit_cancelled",
+    "wake",
+]
 
 
 class NoticeBlock(_Block, tag="notice"):
-    """A logged event worth a line: rename, delete, error, a client's history, a cancel."""
+    """A logged event worth a line: rename, delete, error, a client's history, a cancel, a
+    revisit asked for or withdrawn, a wake (notes §17.5)."""
 
     notice: NoticeKind
     text: str

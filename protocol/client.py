@@ -49,7 +49,7 @@ from .client_errors import (
 )
 from .client_frames import DEFAULT_BUFFER, Delivered, create_spec, unpacked
 from .client_http import ContinuedSession, continue_session
-from .client_link import ClientLink
+from .client_link import ClientLink, WakeCallback
 from .frames import BufferRequest, CreateSpec, Frame, GenericFrame, History, Role
 from .outgoing import SavedBuffer
 from .reconnect import Backoff, ConnectionStatus
@@ -73,6 +73,7 @@ __all__ = [
     "RawpClient",
     "ReconnectExhausted",
     "SavedBuffer",
+    "WakeCallback",
     "continue_session",
     "load_snapshot",
     "run",
@@ -108,6 +109,9 @@ class RawpClient(ClientLink):
     once, even during its turn; otherwise the master holds one that arrives while the agent
     runs for up to 3 s and then refuses it ``busy`` (an edge's post raises
     :class:`FrameRefused` with ``error.error_code == "busy"``; notes §17.3).
+    ``on_wake`` is called with each ``session.wake`` (notes §17.5: a revisit asked for with
+    :meth:`revisit` came due), live or in the backlog of a reattach, once each; it may be a
+    coroutine function (run as a task, so it can start a turn).
     """
 
     def __init__(
@@ -137,6 +141,7 @@ class RawpClient(ClientLink):
         resend_rounds: int | None = DEFAULT_RESEND_ROUNDS,
         presence: bool = True,
         accepts_input_during_turn: bool = False,
+        on_wake: WakeCallback | None = None,
     ) -> None:
         if role not in ("client", "edge"):
             raise ValueError(f"role must be 'client' or 'edge', got {role!r}")
@@ -169,6 +174,7 @@ class RawpClient(ClientLink):
             resend_rounds=resend_rounds,
             presence=presence,
             accepts_input_during_turn=accepts_input_during_turn,
+            on_wake=on_wake,
         )
         if self.state_path is not None and self.state_path.exists():
             self._restore(load_snapshot(self.state_path))
@@ -218,6 +224,17 @@ class RawpClient(ClientLink):
         """Call ``callback(status)`` on every connection status change (besides
         ``on_status``); returns a function that removes it again."""
         return self._status.add_callback(callback)
+
+    def add_wake_callback(self, callback: WakeCallback) -> Callable[[], None]:
+        """Call ``callback(wake)`` with each ``session.wake`` (besides ``on_wake``); returns
+        a function that removes it again."""
+        self._wake_callbacks.append(callback)
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError):
+                self._wake_callbacks.remove(callback)
+
+        return remove
 
     # --- lifecycle -----------------------------------------------------------------------
 

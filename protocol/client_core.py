@@ -91,6 +91,7 @@ from .frames import (
     Resume,
     Role,
     SessionError,
+    Wake,
     Welcome,
     frame_types,
 )
@@ -358,6 +359,12 @@ class ClientCore(Generic[FutureT]):
             return None  # a connection frame: neither folded nor yielded
         if frame.seq is not None:
             if frame.seq <= self.view.last_seq:
+                if isinstance(frame, Wake) and not self.view.has_seen(frame.message_id):
+                    # notes §17.5: a wake that came due while this client was away follows
+                    # its welcome even when the cursor is past it (a fresh attach starts at
+                    # the head): folded and delivered, the cursor stays
+                    self.view.fold(frame, "master")
+                    return frame
                 return None  # already have it
             self._received_since_ack += 1
         elif isinstance(frame, History):

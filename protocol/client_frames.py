@@ -3,7 +3,7 @@
 :class:`Delivered` (one frame as :meth:`protocol.client.RawpClient.frames` yields it), the
 frames inside a ``session.history`` (:func:`unpacked`), the create spec a ``create=`` argument
 stands for, which of our frames are requests that must arrive live (:func:`is_request`) and the
-reattach buffer asked for by default.
+reattach buffer asked for by default, and the wakes a frame brings (:func:`wakes_in`).
 """
 
 from __future__ import annotations
@@ -13,9 +13,18 @@ from typing import Final
 
 from . import codec
 from .errors import ProtocolError
-from .frames import BufferRequest, CreateSpec, Deleted, Frame, GenericFrame, History, SessionError
+from .frames import (
+    BufferRequest,
+    CreateSpec,
+    Deleted,
+    Frame,
+    GenericFrame,
+    History,
+    SessionError,
+    Wake,
+)
 
-__all__ = ["DEFAULT_BUFFER", "Delivered", "create_spec", "is_request", "unpacked"]
+__all__ = ["DEFAULT_BUFFER", "Delivered", "create_spec", "is_request", "unpacked", "wakes_in"]
 
 DEFAULT_BUFFER: Final = BufferRequest(policy="RING", capacity_bytes=256 * 1024)
 """The buffer asked for when none is given: RING over 256 KiB (fits in one 1 MiB frame)."""
@@ -49,6 +58,15 @@ def unpacked(history: History) -> list[Frame | GenericFrame]:
         else:
             frames.append(inner)
     return frames
+
+
+def wakes_in(frame: Frame | GenericFrame) -> list[Wake]:
+    """The ``session.wake`` frames a delivered frame is or carries (a backlog's), in order."""
+    if isinstance(frame, Wake):
+        return [frame]
+    if isinstance(frame, History) and frame.seq is None:
+        return [inner for inner in unpacked(frame) if isinstance(inner, Wake)]
+    return []
 
 
 def create_spec(create: CreateSpec | str | bool | None) -> CreateSpec | None:

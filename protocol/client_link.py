@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import random
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from websockets.asyncio.client import ClientConnection
@@ -23,16 +24,17 @@ from websockets.exceptions import ConnectionClosed
 from . import codec
 from .client_connect import dial, open_socket, read_welcome
 from .client_errors import ClientClosed, ClientError
+from .client_frames import wakes_in
 from .client_incoming import Incoming
 from .client_sends import TypedSends
 from .client_status import StatusWatch
 from .errors import HandshakeError
-from .frames import BufferRequest, CreateSpec, Frame, GenericFrame, Role
+from .frames import BufferRequest, CreateSpec, Frame, GenericFrame, Role, Wake
 from .reconnect import Backoff, ConnectionStatus, refusal
 from .snapshot import save_snapshot
 from .view import SessionView
 
-__all__ = ["ClientLink"]
+__all__ = ["ClientLink", "WakeCallback"]
 
 log = logging.getLogger("rawp.client")
 
@@ -44,6 +46,17 @@ def _new_commit_future() -> asyncio.Future[int]:
     # session.error, so an unread exception is not worth a warning.
     future.add_done_callback(_retrieve)
     return future
+
+
+WakeCallback = Callable[[Wake], object]
+"""What ``on_wake`` is: called with each ``session.wake``; may return an awaitable."""
+
+
+async def _awaited(result: Awaitable[object]) -> None:
+    try:
+        await result
+    except Exception:
+        log.exception("an on_wake callback failed")
 
 
 def _retrieve(future: asyncio.Future[int]) -> None:
@@ -82,6 +95,7 @@ class ClientLink(TypedSends[asyncio.Future[int]]):
         resend_rounds: int | None,
         presence: bool = True,
         accepts_input_during_turn: bool = False,
+        on_wake: WakeCallback | None = None,
     ) -> None:
         super().__init__(
             url,
@@ -108,6 +122,10 @@ class ClientLink(TypedSends[asyncio.Future[int]]):
         self.ping_interval = ping_interval
         self.ping_timeout = ping_timeout
         self.on_status = on_status
+        self.on_wake = on_wake
+        self._wake_callbacks: list[WakeCallback] = []
+        self._woken: set[str] = set()  # message ids of the wakes told: each is told once
+        self._wake_tasks: set[asyncio.Task[None]] = set()
         self.last_connect_error: BaseException | None = None
         self.dropped_frames = 0  # received frames dropped from a full incoming queue
         self._rng = rng
@@ -242,6 +260,28 @@ class ClientLink(TypedSends[asyncio.Future[int]]):
         frame = self._received(message)
         if frame is not None:
             self._push(frame)
+            self._tell_wakes(frame)
+
+    def _tell_wakes(self, frame: Frame | GenericFrame) -> None:
+        """Call ``on_wake`` and the wake callbacks for each new ``session.wake`` (notes
+        §17.5), live or in a backlog, once each. A callback that fails is logged; one that
+        returns an awaitable is run as a task, so it may send (start a turn)."""
+        for wake in wakes_in(frame):
+            if wake.message_id in self._woken:
+                continue
+            self._woken.add(wake.message_id)
+            for callback in (self.on_wake, *self._wake_callbacks):
+                if callback is None:
+                    continue
+                try:
+                    result = callback(wake)
+                except Exception:
+                    log.exception("an on_wake callback failed")
+                    continue
+                if inspect.isawaitable(result):
+                    task = asyncio.get_running_loop().create_task(_awaited(result))
+                    self._wake_tasks.add(task)
+                    task.add_done_callback(self._wake_tasks.discard)
 
     async def _resend(self, ws: ClientConnection) -> None:
         """§7: after ``store_unavailable``, write our frames again from the first refused

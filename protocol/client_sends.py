@@ -6,6 +6,7 @@ What to send is decided here (ids, turn indexes, the rename's previous name); ho
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from typing import Any, Literal, TypeVar
 
@@ -38,6 +39,10 @@ from .frames import (
     PreservedElements,
     Renamed,
     RenamedPayload,
+    RevisitCancel,
+    RevisitCancelPayload,
+    RevisitRequest,
+    RevisitRequestPayload,
     SessionError,
     SessionErrorPayload,
     TextDelta,
@@ -63,7 +68,7 @@ from .frames import (
     UserMessagePayload,
 )
 
-__all__ = ["TypedSends"]
+__all__ = ["TypedSends", "revisit_time"]
 
 FrameT = TypeVar("FrameT", bound=Frame | GenericFrame)
 
@@ -73,6 +78,10 @@ class TypedSends(ClientCore[FutureT]):
 
     async def post(self, frame: FrameT) -> FrameT:
         """Send ``frame`` (the I/O adapter's)."""
+        raise NotImplementedError
+
+    async def send(self, frame: Frame | GenericFrame) -> int:
+        """Send ``frame`` and wait for the master's commit (the I/O adapter's)."""
         raise NotImplementedError
 
     # --- typed helpers: client (agent) ---------------------------------------------------
@@ -221,6 +230,33 @@ class TypedSends(ClientCore[FutureT]):
         )
         return await self.post(Compacted(payload=payload, **self._envelope()))
 
+    async def revisit(
+        self,
+        at: dt.datetime | dt.timedelta | str,
+        reason: str | None = None,
+        *,
+        revisit_id: str | None = None,
+    ) -> str:
+        """Ask to be woken at ``at`` (notes §17.5): ``session.revisit.request``; returns its
+        revisit id (a UUID v4 unless given; the same id again reschedules it).
+
+        ``at`` is an aware datetime, an RFC 3339 string or a timedelta from now. Waits until
+        the master stored it, so a refusal raises :class:`FrameRefused` (``invalid_revisit``:
+        more than 60 s past or 366 days ahead; ``too_many_revisits``: 100 pending). When it
+        comes due the master sends ``session.wake`` — at once if this client is attached,
+        else after its next attach — and ``on_wake`` is called.
+        """
+        rid = revisit_id if revisit_id is not None else str(uuid.uuid4())
+        payload = RevisitRequestPayload(revisit_id=rid, at=revisit_time(at), reason=reason)
+        await self.send(RevisitRequest(payload=payload, **self._envelope()))
+        return rid
+
+    async def cancel_revisit(self, revisit_id: str) -> None:
+        """Withdraw a pending revisit (``session.revisit.cancel``); waits for the master.
+        An unknown or already woken id changes nothing."""
+        payload = RevisitCancelPayload(revisit_id=revisit_id)
+        await self.send(RevisitCancel(payload=payload, **self._envelope()))
+
     # --- typed helpers: both roles ------------------------------------------------------
 
     async def ignorable(self, frame_type: str, payload: dict[str, Any]) -> GenericFrame:
@@ -277,3 +313,23 @@ class TypedSends(ClientCore[FutureT]):
 
 
 # --- helpers -------------------------------------------------------------------------------
+
+
+def revisit_time(at: dt.datetime | dt.timedelta | str) -> dt.datetime:
+    """The aware datetime of a revisit's ``at``; ValueError for a time without a zone
+    (a naive datetime could mean any of 26 hours) or text that is not RFC 3339."""
+    if isinstance(at, dt.timedelta):
+        return dt.datetime.now(dt.UTC) + at
+    if isinstance(at, str):
+        try:
+            parsed = dt.datetime.fromisoformat(at.strip())
+        except ValueError:
+            raise ValueError(f"not an RFC 3339 time: {at!r} (e.g. 2026-12-08T09:00:00Z)") from None
+        at = parsed
+    if not isinstance(at, dt.datetime):
+        raise TypeError(f"at must be a datetime, a timedelta or a string, not {type(at).__name__}")
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise ValueError(
+            "a revisit time needs a time zone (e.g. datetime.now(UTC) + timedelta(minutes=5))"
+        )
+    return at

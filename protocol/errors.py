@@ -20,6 +20,8 @@ whether it is fatal; each handshake error knows its WebSocket close code::
     │       ├── ToolPairingError      tool_pairing
     │       ├── InteractionStateError interaction_state
     │       ├── DirectionError        direction
+    │       ├── InvalidRevisit        invalid_revisit      (``at`` too far in the past or future)
+    │       ├── TooManyRevisits       too_many_revisits    (the session's pending revisits are full)
     │       └── UsageMissing          usage_missing        (a warning: the frame is still processed)
     ├── HandshakeError                closes the WebSocket with close_code
     │   ├── MalformedHello            4400
@@ -54,6 +56,7 @@ __all__ = [
     "HelloTimeout",
     "InteractionStateError",
     "InvalidFrame",
+    "InvalidRevisit",
     "MalformedHello",
     "MessageIdConflict",
     "NoSuchSession",
@@ -68,6 +71,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "StoreUnavailableError",
+    "TooManyRevisits",
     "ToolPairingError",
     "TurnStateError",
     "UnknownType",
@@ -180,6 +184,19 @@ class DirectionError(StateViolation):
     """A frame the sender's role may not send."""
 
     code = "direction"
+
+
+class InvalidRevisit(StateViolation):
+    """A ``session.revisit.request`` whose ``at`` is more than 60 s in the past or more than
+    366 days ahead (notes §17.5): not logged, nothing stored."""
+
+    code = "invalid_revisit"
+
+
+class TooManyRevisits(StateViolation):
+    """A new revisit while the session already has the most pending (notes §17.5)."""
+
+    code = "too_many_revisits"
 
 
 class UsageMissing(StateViolation):

@@ -26,6 +26,7 @@ from .names import FRAME_TYPE_MAX_BYTES, FRAME_TYPE_PATTERN, SESSION_ID_MAX, SES
 __all__ = [
     "ISO8601_PATTERN",
     "PROTOCOL_VERSION",
+    "REVISIT_REASON_MAX",
     "SUBPROTOCOL",
     "UUID4_PATTERN",
     "Ack",
@@ -70,6 +71,10 @@ __all__ = [
     "Renamed",
     "RenamedPayload",
     "Resume",
+    "RevisitCancel",
+    "RevisitCancelPayload",
+    "RevisitRequest",
+    "RevisitRequestPayload",
     "Role",
     "Sender",
     "SenderRole",
@@ -101,6 +106,8 @@ __all__ = [
     "UsagePayload",
     "UserMessage",
     "UserMessagePayload",
+    "Wake",
+    "WakePayload",
     "Welcome",
     "WelcomePayload",
     "frame_types",
@@ -633,6 +640,37 @@ class CancelPayload(_Payload):
     turn_id: str | None = None
 
 
+# --- wake and revisit (notes §17.5) -------------------------------------------------------
+
+REVISIT_REASON_MAX: Final = 1024
+RevisitReason = Annotated[
+    str, Meta(max_length=REVISIT_REASON_MAX, description="Why, for people (at most 1024).")
+]
+
+
+class RevisitRequestPayload(_Payload):
+    """The client asks to be woken at ``at`` (notes §17.5); the same ``revisit_id`` again
+    reschedules the pending one."""
+
+    revisit_id: Id
+    at: Timestamp
+    reason: RevisitReason | None = None
+
+
+class RevisitCancelPayload(_Payload):
+    """The client withdraws a pending revisit (an unknown or already woken id: no-op)."""
+
+    revisit_id: Id
+
+
+class WakePayload(_Payload):
+    """A revisit came due (notes §17.5): ``at`` is the time the client asked for."""
+
+    revisit_id: Id
+    at: Timestamp
+    reason: RevisitReason | None = None
+
+
 # --- the frame types ---------------------------------------------------------------------
 
 
@@ -786,6 +824,24 @@ class Cancel(Frame, tag="control.cancel"):
     payload: CancelPayload
 
 
+class RevisitRequest(Frame, tag="session.revisit.request"):
+    """Wake me at a time (C; notes §17.5)."""
+
+    payload: RevisitRequestPayload
+
+
+class RevisitCancel(Frame, tag="session.revisit.cancel"):
+    """Withdraw a pending revisit (C; notes §17.5)."""
+
+    payload: RevisitCancelPayload
+
+
+class Wake(Frame, tag="session.wake"):
+    """A revisit came due (M; notes §17.5)."""
+
+    payload: WakePayload
+
+
 ClientFrame: TypeAlias = (
     Hello
     | Ack
@@ -806,6 +862,8 @@ ClientFrame: TypeAlias = (
     | ToolResult
     | InteractionRequest
     | InteractionCancel
+    | RevisitRequest
+    | RevisitCancel
 )
 EdgeFrame: TypeAlias = (
     Hello | Ack | Renamed | Deleted | SessionError | InteractionResponse | UserMessage | Cancel
@@ -825,6 +883,7 @@ MasterFrame: TypeAlias = (
     | ToolResult
     | AgentState
     | SessionStatus
+    | Wake
 )
 AnyFrame: TypeAlias = (
     Hello
@@ -852,6 +911,9 @@ AnyFrame: TypeAlias = (
     | UserMessage
     | Cancel
     | SessionStatus
+    | RevisitRequest
+    | RevisitCancel
+    | Wake
 )
 
 

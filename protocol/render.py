@@ -6,6 +6,7 @@ decided what is accepted before a frame gets here.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any, TypeVar
 
 from .blocks import (
@@ -34,6 +35,8 @@ from .frames import (
     InteractionRequest,
     InteractionResponse,
     Renamed,
+    RevisitCancel,
+    RevisitRequest,
     SessionError,
     TextDelta,
     TextDone,
@@ -45,12 +48,35 @@ from .frames import (
     TurnStart,
     Usage,
     UserMessage,
+    Wake,
 )
 from .state import SenderRole
 
-__all__ = ["BlockRenderer"]
+__all__ = ["BlockRenderer", "revisit_text", "wake_text", "wake_time"]
 
 _Streamed = TypeVar("_Streamed", TextBlock, ThinkingBlock)  # blocks built up from deltas
+
+
+# --- wake and revisit lines (notes §17.5), shared by the views, `rawp tail` and exports ---
+
+
+def wake_time(at: dt.datetime) -> str:
+    """A revisit's time as people read it, in UTC to the second: ``2026-12-08 01:00:00 UTC``
+    (the TypeScript view writes the same text)."""
+    return at.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def revisit_text(at: dt.datetime, reason: str | None) -> str:
+    """The line of a ``session.revisit.request``: ``asked to be woken at … (reason)``."""
+    because = f" ({reason})" if reason else ""
+    return f"asked to be woken at {wake_time(at)}{because}"
+
+
+def wake_text(at: dt.datetime, reason: str | None) -> str:
+    """The line of a ``session.wake``: ``woken: reason (asked for …)``."""
+    if reason:
+        return f"woken: {reason} (asked for {wake_time(at)})"
+    return f"woken: the time asked for came ({wake_time(at)})"
 
 
 # --- the renderer: frames the state machine accepted -> blocks ----------------------------
@@ -67,6 +93,7 @@ class BlockRenderer:
         self._thinking: dict[str, ThinkingBlock] = {}
         self._calls: dict[str, ToolCallBlock] = {}
         self._interactions: dict[str, InteractionBlock] = {}
+        self._revisits: dict[str, str] = {}  # pending revisit_id -> its time, as shown
         self._turn: str | None = None
         self._last_turn: str | None = None  # a usage after a turn end belongs to that turn
 
@@ -276,6 +303,21 @@ class BlockRenderer:
             )
         elif isinstance(frame, Cancel):
             notice = NoticeBlock(notice="cancel", text="cancel requested", **base)
+        elif isinstance(frame, RevisitRequest):
+            p_rv = frame.payload
+            self._revisits[p_rv.revisit_id] = wake_time(p_rv.at)
+            notice = NoticeBlock(notice="revisit", text=revisit_text(p_rv.at, p_rv.reason), **base)
+        elif isinstance(frame, RevisitCancel):
+            # a cancel of an unknown or already woken revisit changes nothing: no line
+            when = self._revisits.pop(frame.payload.revisit_id, None)
+            if when is not None:
+                notice = NoticeBlock(
+                    notice="revisit_cancelled", text=f"no longer asks to be woken at {when}", **base
+                )
+        elif isinstance(frame, Wake):
+            p_w = frame.payload
+            self._revisits.pop(p_w.revisit_id, None)
+            notice = NoticeBlock(notice="wake", text=wake_text(p_w.at, p_w.reason), **base)
         # session.presence changes no block (the view keeps participants apart).
         if notice is not None:
             self.blocks.append(notice)

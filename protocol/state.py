@@ -20,6 +20,7 @@ dashboard, so every view of a session agrees with a replay of its log (notes §8
 
 from __future__ import annotations
 
+import datetime as _dt
 import enum
 import re
 from collections.abc import Callable
@@ -35,6 +36,7 @@ from .errors import (
     ProtocolError,
     StateViolation,
     ToolPairingError,
+    TooManyRevisits,
     TurnStateError,
     UsageMissing,
 )
@@ -52,9 +54,11 @@ from .frames import (
 
 __all__ = [
     "CONNECTION_TYPES",
+    "MAX_PENDING_REVISITS",
     "SESSION_FRAME_TYPES",
     "TABLE",
     "Effect",
+    "PendingRevisit",
     "Phase",
     "Rule",
     "SenderRole",
@@ -71,6 +75,22 @@ __all__ = [
 ]
 
 Status: TypeAlias = Literal["idle", "running", "requires_action", "rescheduling", "terminated"]
+
+MAX_PENDING_REVISITS: Final = 100
+"""The most revisits one session may have pending (notes §17.5): the next is refused."""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRevisit:
+    """A revisit the client asked for and that is not woken or withdrawn yet (notes §17.5).
+
+    ``request_id`` is the ``message_id`` of the request that set it (a later request with the
+    same ``revisit_id`` replaces it): the master's wake for it is named after it.
+    """
+
+    at: _dt.datetime
+    reason: str | None
+    request_id: str
 
 
 class Phase(enum.Enum):
@@ -118,6 +138,12 @@ class SessionState:
     # A user.message reached the session while no turn was open, and no turn started since:
     # the run is about to start (notes §17.3; the master bounds it in time).
     run_requested: bool = False
+    # Revisits the client asked for that are neither woken nor withdrawn (notes §17.5), by
+    # revisit_id; while any is pending and no turn is open the status is ``rescheduling``.
+    pending_revisits: dict[str, PendingRevisit] = field(default_factory=dict)
+    # How many session.wake the log holds: a client's attach looks for wakes it has not
+    # been given only when there are any.
+    wakes: int = 0
     # §7.8.3: the state as it was just before the first synthetic frame, and the real frames
     # folded since, so unfinalization can take exactly the synthetic frames back out. When a
     # local finalization lands on top of the log's, ``before_finalization`` keeps the log's
@@ -137,13 +163,16 @@ class SessionState:
 
 
 def status(state: SessionState) -> Status:
-    """Derived status (seed 000): terminated / requires_action / running / idle."""
+    """Derived status (seed 000, notes §17.5): terminated / requires_action / running /
+    rescheduling (a revisit is pending) / idle, in that precedence."""
     if state.phase is Phase.TERMINATED:
         return "terminated"
     if state.pending_interactions:
         return "requires_action"
     if state.phase is Phase.TURN_OPEN:
         return "running"
+    if state.pending_revisits:
+        return "rescheduling"
     return "idle"
 
 
@@ -214,6 +243,8 @@ class Effect(enum.Enum):
     ENDED = "ended"  # the master's session.deleted: the session is over, nothing follows
     PRESENCE = "presence"  # session.presence: who is attached changed (the client, for one)
     HISTORY = "history"  # session.history: its frames' own effects, in order (§7.8.3)
+    REVISIT = "revisit"  # session.revisit.request: the store keeps the pending wake
+    REVISIT_CANCEL = "revisit_cancel"  # session.revisit.cancel: the store drops it
 
 
 EffectOf: TypeAlias = Callable[[Frame, SenderRole], Effect]
@@ -229,6 +260,14 @@ def _renames(frame: Frame, role: SenderRole) -> Effect:
 
 def _presence(frame: Frame, role: SenderRole) -> Effect:
     return Effect.PRESENCE
+
+
+def _revisits(frame: Frame, role: SenderRole) -> Effect:
+    return Effect.REVISIT
+
+
+def _cancels_revisit(frame: Frame, role: SenderRole) -> Effect:
+    return Effect.REVISIT_CANCEL
 
 
 def _ends_when_fatal(frame: Frame, role: SenderRole) -> Effect:
@@ -376,6 +415,7 @@ def _deleted_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
     state.open_thinking.clear()
     state.turn_id = None
     state.agent_state = "idle"
+    state.pending_revisits.clear()  # an ended session is never woken (notes §17.5)
 
 
 def _agent_state_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
@@ -488,6 +528,30 @@ def _user_message_apply(state: SessionState, frame: Frame, role: SenderRole) -> 
         state.run_requested = True
 
 
+def _revisit_request_check(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    # How far ``at`` may lie from now is the master's check (it has the clock): relay side.
+    rid = frame.payload.revisit_id  # type: ignore[attr-defined]
+    if rid not in state.pending_revisits and len(state.pending_revisits) >= MAX_PENDING_REVISITS:
+        raise TooManyRevisits(
+            f"the session has {MAX_PENDING_REVISITS} revisits pending; cancel one first"
+        )
+
+
+def _revisit_request_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    p = frame.payload  # type: ignore[attr-defined]
+    # re-inserted: the same id again reschedules it (and moves it last)
+    state.pending_revisits.pop(p.revisit_id, None)
+    state.pending_revisits[p.revisit_id] = PendingRevisit(p.at, p.reason, frame.message_id)
+
+
+def _revisit_done_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
+    # A cancel of an unknown or woken id changes nothing (logged all the same); a wake
+    # ends the revisit it names.
+    state.pending_revisits.pop(frame.payload.revisit_id, None)  # type: ignore[attr-defined]
+    if role == "master":
+        state.wakes += 1
+
+
 def _status_apply(state: SessionState, frame: Frame, role: SenderRole) -> None:
     state.logged_status = frame.payload.status  # type: ignore[attr-defined]
 
@@ -524,6 +588,11 @@ _ANYTIME: Final[dict[str, Rule]] = {
     "user.message": Rule(_nothing, _user_message_apply),
     "control.cancel": Rule(_nothing, _nothing),
     "session.status": Rule(_nothing, _status_apply),
+    "session.revisit.request": Rule(
+        _revisit_request_check, _revisit_request_apply, effect=_revisits
+    ),
+    "session.revisit.cancel": Rule(_nothing, _revisit_done_apply, effect=_cancels_revisit),
+    "session.wake": Rule(_nothing, _revisit_done_apply),
 }
 
 _TURN_START: Final = Rule(_turn_start_check, _turn_start_apply, Phase.TURN_OPEN)

@@ -39,6 +39,8 @@ from .frames import (
     InteractionResponse,
     Presence,
     Renamed,
+    RevisitCancel,
+    RevisitRequest,
     SessionError,
     TextDelta,
     TextDone,
@@ -50,8 +52,10 @@ from .frames import (
     TurnStart,
     Usage,
     UserMessage,
+    Wake,
     Welcome,
 )
+from .render import revisit_text, wake_text
 from .view import SessionView
 
 if TYPE_CHECKING:
@@ -217,6 +221,12 @@ class TailPrinter:
             role = frame.sender.role if frame.sender is not None else "master"
             who = "" if role == "master" else f" (reported by the {role})"
             self._line(f"! {p_e.error_code}{fatal}{who}: {p_e.message}")
+        elif isinstance(frame, RevisitRequest):
+            self._line(f"⏰ {revisit_text(frame.payload.at, frame.payload.reason)}")
+        elif isinstance(frame, RevisitCancel):
+            self._line(f"⏰ revisit withdrawn: {_quoted(frame.payload.revisit_id)}")
+        elif isinstance(frame, Wake):
+            self._line(f"⏰ {wake_text(frame.payload.at, frame.payload.reason)}")
         else:
             self._line(f"· {frame.type}")
 

@@ -73,7 +73,7 @@ from .frames import (
     Welcome,
 )
 from .render import BlockRenderer
-from .state import SenderRole, SessionState, Status, status
+from .state import PendingRevisit, SenderRole, SessionState, Status, status
 
 # The block types live in protocol.blocks; they are named here too, where callers import them.
 __all__ = [
@@ -162,8 +162,14 @@ class SessionView:
 
     @property
     def status(self) -> Status:
-        """idle / running / requires_action / terminated (seed 000)."""
+        """idle / running / requires_action / rescheduling / terminated (seed 000, §17.5)."""
         return status(self.state)
+
+    @property
+    def pending_revisits(self) -> dict[str, PendingRevisit]:
+        """Revisits the agent asked for that are neither woken nor withdrawn, by revisit id
+        (notes §17.5); while any is and no turn is open the status is ``rescheduling``."""
+        return dict(self.state.pending_revisits)
 
     @property
     def agent_state(self) -> str:

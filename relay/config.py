@@ -95,6 +95,9 @@ class Settings:
     node_heartbeat_s: float = 1.0
     node_dead_after_s: float = 5.0
     loop: str = "auto"
+    # Due wakes of detached clients are POSTed here, signed with the secret (notes §17.5).
+    wake_webhook: str | None = None
+    wake_webhook_secret: str | None = field(default=None, repr=False)  # never shown
 
     @property
     def reattach_window(self) -> float:
@@ -279,6 +282,20 @@ def _file(value: Any) -> str:
     return _text(value)
 
 
+def _webhook_url(value: Any) -> str:
+    """``--wake-webhook``: an ``http://`` or ``https://`` URL."""
+    from .wake_webhook import check_url
+
+    return check_url(_text(value).strip())
+
+
+def _secret(value: Any) -> str:
+    """``--wake-webhook-secret``: any non-empty text (its value is never echoed back)."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("a non-empty secret is needed")
+    return value
+
+
 @dataclass(frozen=True)
 class Option:
     """One setting: its flag, its ``Settings`` field and how its value is read.
@@ -296,6 +313,7 @@ class Option:
     choices: tuple[str, ...] | None = None
     hidden: bool = False
     shown: str | None = None  # the default as help says it, when not the value itself
+    secret: bool = False  # its value is never echoed in an error or a dump
 
     @property
     def env(self) -> str:
@@ -461,6 +479,23 @@ OPTIONS: Final[tuple[Option, ...]] = (
         _text,
         "event loop: uvloop when installed (auto) or plain asyncio",
         choices=("auto", "asyncio", "uvloop"),
+    ),
+    Option(
+        "--wake-webhook",
+        "wake_webhook",
+        _webhook_url,
+        "POST each due wake of a detached client to this http(s) URL, signed with "
+        "--wake-webhook-secret (docs/operations.md, Wake webhook)",
+        metavar="URL",
+    ),
+    Option(
+        "--wake-webhook-secret",
+        "wake_webhook_secret",
+        _secret,
+        "the HMAC-SHA256 key of the wake webhook's RAWP-Signature; prefer the variable "
+        "(a flag shows in the process list)",
+        metavar="SECRET",
+        secret=True,
     ),
     # Multi-node liveness (redis store; docs/operations.md). Hidden: tests shorten them.
     Option("--node-heartbeat", "node_heartbeat_s", _seconds(_HOUR), "", hidden=True),
@@ -633,15 +668,14 @@ def settings_from_args(
             value = getattr(args, option.dest)
             changes[option.dest] = tuple(value) if option.kind == "list" else value
             continue
-        for source, raw in (
-            (f"{option.env}={env.get(option.env)!r}", env.get(option.env)),
-            (
-                f"{config_path}: {option.key} = {from_file.get(option.key)!r}",
-                from_file.get(option.key),
-            ),
+        for where, raw in (
+            (option.env + "=", env.get(option.env)),
+            (f"{config_path}: {option.key} = ", from_file.get(option.key)),
         ):
             if raw is None or (isinstance(raw, str) and raw == "" and option.kind != "flag"):
                 continue
+            # where the value came from, and the value itself unless it is a secret
+            source = where + ("***" if option.secret else repr(raw))
             try:
                 value = option.parse(raw)
             except ValueError as exc:
@@ -656,6 +690,11 @@ def settings_from_args(
     if resolved.tls_key and not resolved.tls_cert:
         raise ConfigError("--tls-key needs --tls-cert (the certificate the key belongs to)")
     _one_workspace_per_key(resolved.api_keys)
+    if resolved.wake_webhook and not resolved.wake_webhook_secret:
+        raise ConfigError(
+            "--wake-webhook needs --wake-webhook-secret (or RAWP_WAKE_WEBHOOK_SECRET): the "
+            "key its requests are signed with, so the receiver can tell them from forgeries"
+        )
     return resolved
 
 

@@ -7,7 +7,9 @@ dashboard), thinks (streamed thinking), calls tools with results (one fails now 
 sometimes asks a person and waits for a ``control.interaction.response`` from an edge (with a
 timeout fallback, so the demo never hangs), streams its answer, ends the turn with
 ``session.usage`` right after it (§7.5.2) and reports an occasional ``session.compacted``
-(§7.2.1). A ``control.cancel`` from an edge ends the current turn ``cancelled``.
+(§7.2.1). A ``control.cancel`` from an edge ends the current turn ``cancelled``. After its
+turns it asks to be woken a few seconds later (``session.revisit.request``, notes §17.5: the
+session shows ``rescheduling``) and answers the ``session.wake`` with a short turn.
 
 It prints where to watch: the WebSocket and HTTP URLs, the session id, an API key and the
 ``rawp tail`` command line. ``--turns N`` bounds the number of turns; ``--once`` runs one
@@ -20,6 +22,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import datetime as dt
 import json
 import random
 import secrets
@@ -40,6 +43,7 @@ from protocol.frames import (
     Presence,
     PreservedElements,
     UserMessage,
+    Wake,
 )
 
 from .auth import new_api_key
@@ -180,6 +184,7 @@ class DemoOptions:
     pause: float = 2.0  # seconds between turns
     interaction_timeout: float = 20.0
     wait_for_edge: float = 0.0  # seconds to wait for a watcher before the first turn
+    wake_after: float = 5.0  # after the turns, ask to be woken this much later (0: do not)
     seed: int | None = None
 
 
@@ -200,6 +205,8 @@ class DemoAgent:
         self.edge_attached = asyncio.Event()
         self.ignore_edges: set[str] = set()
         self.turns_done = 0
+        self.wakes: asyncio.Queue[Wake] = asyncio.Queue()
+        client.add_wake_callback(self.wakes.put_nowait)
         self._rng = random.Random(options.seed)
         self._cost = 0.0
         self._context = 12_000
@@ -299,6 +306,31 @@ class DemoAgent:
             await self._compact()
         self.turns_done += 1
         return stop
+
+    async def revisit_and_answer(self, seconds: float, say: Callable[[str], None]) -> None:
+        """Ask to be woken ``seconds`` from now, wait for the wake, answer it with a turn."""
+        await self.client.revisit(
+            dt.timedelta(seconds=seconds), "check whether CI passed on the --verbose fix"
+        )
+        say(f"the agent asked to be woken in {seconds:g} s (status: rescheduling)")
+        wake = await asyncio.wait_for(self.wakes.get(), seconds + 60)
+        say(f"the agent was woken ({wake.payload.reason})")
+        c = self.client
+        turn = await c.turn_start(mode="code")
+        turn_id = turn.payload.turn_id
+        await c.agent_state("tool_calling")
+        call = self._id("call-")
+        await c.tool_request(call, "ci_status", {"branch": "fix-verbose"})
+        await self._pace(4)
+        await c.tool_result(call, "ok", "passed: 3.11, 3.12, 3.13")
+        answer = "I'm back as I said I would be: CI passed on 3.11, 3.12 and 3.13. The fix is done."
+        await c.agent_state("responding")
+        block = await self._stream("text", answer)
+        await c.text_done(block, answer)
+        await c.turn_end(turn_id, "end_turn", tool_invocation_count=1)
+        await self._usage(turn_id, "wake", answer=answer)
+        await c.agent_state("idle")
+        self.turns_done += 1
 
     async def _ask(
         self, question: tuple[Literal["confirmation", "choice", "input"], str, list[Any] | None]
@@ -452,8 +484,12 @@ async def _drive(
             stop = await agent.run_turn(prompt, task, index)
             say(f"turn {index + 1} done ({stop})")  # numbered from 1, as tail and dashboard
             index += 1
+            if turns is None and index == 1 and options.wake_after > 0:
+                await agent.revisit_and_answer(options.wake_after, say)  # runs for ever: now
             if turns is None or index < turns:
                 await asyncio.sleep(options.pause)
+        if turns is not None and options.wake_after > 0 and not agent.ended.is_set():
+            await agent.revisit_and_answer(options.wake_after, say)
         if options.once:
             await agent_client.delete("user_request")
             with contextlib.suppress(TimeoutError):
@@ -541,6 +577,14 @@ def add_demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(default: %(default)s: do not wait)",
     )
     demo.add_argument(
+        "--wake-after",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="after its turns the agent asks to be woken SECONDS later and answers the wake "
+        "with a short turn (default: %(default)s; 0: it does not)",
+    )
+    demo.add_argument(
         "--seed", type=int, default=None, help="seed for the simulated numbers (default: random)"
     )
 
@@ -563,6 +607,7 @@ def _demo(args: argparse.Namespace) -> int:
         pause=max(0.0, args.pause),
         interaction_timeout=max(0.0, args.interaction_timeout),
         wait_for_edge=max(0.0, args.wait_for_edge),
+        wake_after=max(0.0, args.wake_after),
         seed=args.seed,
         **({"session_id": args.session} if args.session else {}),
     )

@@ -50,6 +50,8 @@ from .session import (
     state_of,
 )
 from .store.base import Deadline, SessionHeader, Store
+from .wake_webhook import WakeWebhook
+from .wakes import Wakes, wake_lease_ms
 
 __all__ = ["Hub", "SessionAttached", "new_session_header"]
 
@@ -121,6 +123,12 @@ class Hub:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._deadline_task: asyncio.Task[None] | None = None
         self._expiring: set[asyncio.Task[None]] = set()
+        webhook = None
+        if settings.wake_webhook and settings.wake_webhook_secret:
+            webhook = WakeWebhook(settings.wake_webhook, settings.wake_webhook_secret.encode())
+        # notes §17.5: the lease outlasts one logging, or one POST within its timeout
+        lease_ms = wake_lease_ms(settings.node_dead_after_s, 0.0 if webhook is None else 10.0)
+        self.wakes = Wakes(self, lease_ms=lease_ms, webhook=webhook)
         # [multinode] a no-op on one node
         self.cluster: Node[Session, Participant] = node_for(self, store)
         # What every session of this node is handed when it is made.
@@ -238,7 +246,10 @@ class Hub:
             )
         await self.cluster.start()
         await recover_after_restart(self)  # a sole owner's restart (SQLite; notes §16.2)
+        if isinstance(self.cluster, SoleNode):
+            await self.store.release_wake_claims()  # its own, from before it stopped
         self._deadline_task = asyncio.get_running_loop().create_task(self._deadlines())
+        self.spawn(self.wakes.run())  # notes §17.5
         self.spawn(purge_archives(self, _PURGE_INTERVAL_S))  # notes §16.1
 
     async def stop(self) -> None:
@@ -247,6 +258,7 @@ class Hub:
         workers = [s.worker for s in self._sessions.values() if s.worker is not None]
         tasks = [t for t in (self._deadline_task, *self._tasks, *workers) if t is not None]
         await cancel_and_wait(tasks)  # [multinode] redis-py can swallow one cancel (3.11)
+        await self.wakes.aclose()
         await self.cluster.stop()
 
     # --- sessions ------------------------------------------------------------------------
@@ -306,6 +318,8 @@ class Hub:
                 await self._recover_on_load(session, decoded)
             self._sessions[session_id] = session
             self.metrics.sessions.set(len(self._sessions))
+            if state.pending_revisits:
+                self.spawn(self.wakes.repair(session))  # records a crash may have lost
             future.set_result(session)
             return session
         except BaseException as exc:

@@ -55,7 +55,8 @@ EXIT_CAUSES: Final[dict[ExitCode, tuple[str, str]]] = {
     ExitCode.BAD_SETTING: (
         "a setting is not usable",
         "`--log-level verbose`, `RAWP_WS_PORT=abc`, `--reattach-window inf`, "
-        "a bad `--config` file, one key for two workspaces",
+        "a bad `--config` file, one key for two workspaces, "
+        "`--wake-webhook` without `--wake-webhook-secret`",
     ),
     ExitCode.CANNOT_LISTEN: (
         "a port cannot be listened on",

@@ -81,6 +81,7 @@ def _result(view: SessionView) -> dict[str, Any]:
             "closed_blocks": sorted(state.closed_blocks),
             "open_calls": list(state.open_calls),
             "pending_interactions": sorted(state.pending_interactions),
+            "pending_revisits": list(state.pending_revisits),  # in the order asked
             "turns_completed": state.turns_completed,
             "input_tokens": state.input_tokens,
             "output_tokens": state.output_tokens,

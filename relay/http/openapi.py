@@ -36,6 +36,7 @@ from .models import (
     WhoAmI,
     json_response,
 )
+from .wakes import WakePage
 
 __all__ = [
     "OPENAPI_DOCUMENT",
@@ -257,6 +258,23 @@ OPERATIONS: Final[dict[tuple[str, str], Operation]] = {
             Param("limit", _int(1, 200), "page size (default 50)"),
             Param("after", {"type": "string"}, "the previous page's next_after"),
         ),
+    ),
+    ("GET", "/v1/wakes"): Operation(
+        "the workspace's wakes, paged: due=true those a scheduler should start an agent for "
+        "(API keys only)",
+        {"200": (WakePage, _JSON, "one page")},
+        params=(
+            Param(
+                "due",
+                {"type": "string", "enum": ["true", "false"]},
+                "true: only wakes that came due while the client was away and it has not "
+                "attached since; else pending ones too",
+            ),
+            Param("limit", _int(1, 500), "page size (default 100)"),
+            Param("cursor", {"type": "string"}, "the previous page's next_cursor"),
+        ),
+        tags=("wakes",),
+        problems=("400", "401", "403", "503"),
     ),
     ("GET", "/v1/sessions/{session_id}"): Operation(
         "header, status, participants with presence, usage totals", {"200": _SESSION}

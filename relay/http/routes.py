@@ -29,6 +29,7 @@ from .sessions import (
     rename_session,
 )
 from .sse import STREAMS, EventStream, end_streams, stream_events
+from .wakes import list_wakes
 
 __all__ = ["add_routes"]
 
@@ -64,6 +65,7 @@ def add_routes(app: web.Application, *, ws_url: Callable[[], str] | None = None)
     r.add_post(f"/v1/sessions/{SESSION_PATH}/continue", continue_session)
     r.add_get(f"/v1/sessions/{SESSION_PATH}/export", export_session)
     add_agui_routes(app)
+    r.add_get("/v1/wakes", list_wakes)  # notes §17.5
     r.add_delete("/v1/tokens/{token_id}", revoke_token)
     r.add_get("/v1/whoami", whoami)
     add_key_routes(app)

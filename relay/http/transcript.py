@@ -152,6 +152,8 @@ def _render(block: Block) -> list[str]:
             "",
             _quote(block.summary),
         ]
+    if block.notice in ("revisit", "revisit_cancelled", "wake"):
+        return [f"*⏰ {inline_text(block.text)}*"]  # notes §17.5: the reason is received text
     code = f" {code_span(block.error_code)}" if block.error_code else ""
     # A participant's session.error is its report, not the session's notice (§16.8).
     who = "" if block.reported_by == "master" else f" (reported by the {block.reported_by})"

@@ -118,14 +118,19 @@ class Attacher:
         cursor = p.resume.last_seq if p.resume is not None else None
         if cursor is None and resumed:
             cursor = record.cursor
+        # A client's wakes are never lost to its buffer (notes §17.5): those the backlog
+        # does not carry follow it, each on its own.
+        carried: set[int] | None = set() if role == "client" and core.state.wakes else None
         if cursor is not None:
             resume_id = p.resume.last_message_id if p.resume is not None else None
             covered = core.head  # the backlog's end: once it is written, the cursor is there
-            backlog = await self._backlog(participant, cursor, resume_id, read_ahead)
+            backlog = await self._backlog(participant, cursor, resume_id, read_ahead, carried)
             participant.outbox.put(backlog, covered)
             record.cursor = max(min(cursor, core.head), record.cursor if resumed else 0)
         else:
             record.cursor = core.head
+        if carried is not None:
+            await self._wakes_missed(participant, carried)
         client_id = core.client_id
         core.participants[record.participant_id] = participant
         if role == "client":
@@ -152,6 +157,22 @@ class Attacher:
         participant.outbox.start()
         return participant
 
+    async def _wakes_missed(self, participant: Participant, carried: set[int]) -> None:
+        """The wakes that came due while the client was away and that it has not been given
+        (the store's ``due`` records, now seen): those the backlog does not carry are
+        queued after it, as logged (docs/protocol.md §6 "Wake and revisit")."""
+        core = self.core
+        seen = await core.store.wakes_seen(core.id)
+        for record in sorted(seen, key=lambda r: r.wake_seq):
+            if record.wake_seq in carried or not 0 < record.wake_seq <= core.head:
+                continue
+            entries = await core.store.read(
+                core.id, after_seq=record.wake_seq - 1, before_seq=record.wake_seq + 1
+            )
+            for entry in entries:
+                if entry.message_id == record.wake_id:
+                    participant.outbox.put(entry.data)
+
     def _grant(self, asked: Any, previous: BufferGrant | None) -> BufferGrant:
         """Policy: the hello's, else the previous one, else RING at the server cap (§15.5)."""
         cap = self.core.settings.buffer_capacity
@@ -175,6 +196,7 @@ class Attacher:
         cursor: int,
         resume_id: str | None,
         read: LogPage | None = None,
+        carried: set[int] | None = None,
     ) -> bytearray:
         """The M→participant ``session.history`` for everything after ``cursor`` (notes §7).
 
@@ -183,6 +205,7 @@ class Attacher:
         backlog costs about one copy of what it keeps (docs/protocol.md §7). The frame fits
         the welcome's ``max_frame_bytes``: what does not fit is lost by the policy's rule.
         ``read``: the first read, made ahead under this lock (used when it covers this one).
+        ``carried``: filled with the seqs the history holds (for a client's wakes).
         """
         core = self.core
         store = core.store
@@ -254,12 +277,19 @@ class Attacher:
         dropped = 0
         bare = envelope(0)
         limit = core.settings.max_frame_bytes
+        # The seqs the history carries, when the caller must know which wakes it holds.
+        seqs = deque(item.value for item in buffer.items) if carried is not None else None
         while kept and len(bare) + size > limit:
             # RING keeps the newest, DROP the oldest: the other end goes (never a gap)
-            data = kept.popleft() if grant.policy == "RING" else kept.pop()
+            ring = grant.policy == "RING"
+            data = kept.popleft() if ring else kept.pop()
+            if seqs is not None:
+                seqs.popleft() if ring else seqs.pop()
             size -= len(data) + (1 if kept else 0)
             dropped += 1
             bare = envelope(dropped)
+        if seqs is not None and carried is not None:
+            carried.update(seqs)
         buffer.drain()  # from here on ``kept`` holds the only references
         before, _, rest = bare.partition(b'"frames":[]')
         out = bytearray(before)

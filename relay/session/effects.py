@@ -27,10 +27,18 @@ import structlog
 
 from protocol import codec
 from protocol.errors import ProtocolError, StoreError, StoreUnavailableError
-from protocol.frames import Frame, GenericFrame, History, Presence, Renamed
+from protocol.frames import (
+    Frame,
+    GenericFrame,
+    History,
+    Presence,
+    Renamed,
+    RevisitCancel,
+    RevisitRequest,
+)
 from protocol.state import Effect, SenderRole, effect_of
 
-from ..store.base import LogEntry
+from ..store.base import LogEntry, WakeRecord
 from . import builders
 from .core import Hooks, SessionCore
 from .participant import Participant
@@ -96,6 +104,33 @@ class Effects:
                 self._client_presence(frame)
         elif effect is Effect.HISTORY and isinstance(frame, History):
             await self._history(frame, role, owner=owner, sender_id=sender_id, sender=sender)
+        elif effect in (Effect.REVISIT, Effect.REVISIT_CANCEL) and owner:
+            await self._revisit(frame)
+
+    async def _revisit(self, frame: Frame | GenericFrame) -> None:
+        """Keep the store's pending wakes in step with the log (notes §17.5): a request puts
+        its record (replacing the revisit's pending one), a cancel drops it. A store refusal is
+        logged: the log holds the request all the same, and the session's next load puts the
+        records its pending revisits lack (relay/wakes.py)."""
+        core = self.core
+        try:
+            if isinstance(frame, RevisitRequest):
+                p = frame.payload
+                await core.store.put_wake(
+                    WakeRecord.pending(
+                        core.id,
+                        core.header.workspace,
+                        p.revisit_id,
+                        frame.message_id,
+                        p.at,
+                        p.reason,
+                    )
+                )
+            elif isinstance(frame, RevisitCancel):
+                await core.store.cancel_wake(core.id, frame.payload.revisit_id)
+        except StoreError as exc:
+            core.metrics.store_errors.inc()
+            log.warning("revisit_not_stored", session_id=core.id, error=str(exc))
 
     async def apply_entry(self, entry: LogEntry, *, owner: bool) -> None:
         """:meth:`apply` for an entry as the log holds it (read back, or another node's)."""

@@ -24,7 +24,7 @@ from typing import Any, Final
 import msgspec
 import structlog
 
-from protocol import acts, codec
+from protocol import acts, codec, revisits
 from protocol.errors import (
     FormatVersionError,
     InvalidFrame,
@@ -366,6 +366,8 @@ class CommitPipeline:
             if not self._fits(participant, frame, len(head) + len(tail)):
                 continue
             try:
+                if effect is Effect.REVISIT:
+                    revisits.check_request(frame, codec.now())  # the master's clock judges `at`
                 # A delete request is checked, not folded: it is not logged, and folding it
                 # would close the open calls and turn before the cleanup frames are made.
                 judge = check if effect is Effect.END_REQUESTED else fold

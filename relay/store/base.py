@@ -14,7 +14,12 @@ one process; ``redis``, durable and shared by many nodes) passes one contract su
 * ``last_received`` (``welcome.received``) is kept per sender as entries are logged
   (:func:`received_of`): one lookup per resumed attach, right after a restart and after
   retention trimmed the sender's frames.
-* ``delete_session`` removes the log, participants and deadlines and leaves a tombstone.
+* ``delete_session`` removes the log, participants, deadlines and wakes and leaves a
+  tombstone; ``archive_session`` drops the participants, deadlines and wakes too.
+* wakes (notes §17.5): one :class:`WakeRecord` per revisit request, keyed by its wake's
+  message id; ``claim_due_wakes`` hands each due record to one caller at a time under a lease
+  (its ``due_ms`` moves past the lease and a claim token is set), and every later change of
+  a claimed record names that token, so a caller whose lease ran out changes nothing.
 * ``archive_session`` ends a session but keeps its header and log readable (notes §16.1);
   ``archived_before`` lists those whose archive retention ran out, oldest first.
 * a header whose ``format_version`` is newer than this build is refused with
@@ -26,13 +31,16 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import datetime as _dt
 from collections.abc import Sequence
 from typing import Final, Literal
 
 import msgspec
 
+from protocol.codec import format_time
 from protocol.errors import FormatVersionError, StoreError, StoreUnavailableError
 from protocol.frames import BufferGrant
+from protocol.revisits import wake_message_id
 
 __all__ = [
     "FORMAT_VERSION",
@@ -46,11 +54,15 @@ __all__ = [
     "SessionHeader",
     "Store",
     "StoreOpenError",
+    "WakeRecord",
+    "WakeState",
+    "WebhookState",
     "append_behind_failed",
     "checked_format",
     "newer_format",
     "received_of",
     "refused_behind",
+    "settled_wake",
 ]
 
 FORMAT_VERSION: Final = 1
@@ -229,6 +241,75 @@ class Deadline(msgspec.Struct, kw_only=True, frozen=True):
     session_id: str
     participant_id: str
     due_ms: int
+
+
+WakeState = Literal["pending", "due", "done"]
+WebhookState = Literal["pending", "sent", "failed"]
+
+
+class WakeRecord(msgspec.Struct, kw_only=True):
+    """One revisit a client asked for, from its request until nothing is left to do for it
+    (notes §17.5).
+
+    ``state``: ``pending`` until its ``session.wake`` is logged; then ``due`` when the
+    client was not attached at that moment (listed by ``GET /v1/wakes?due=true`` until the
+    client attaches), else ``done``. A ``done`` record is kept only while its webhook is
+    ``pending``. ``due_ms`` is when a node must next act on it (log the wake, or try the
+    webhook); None when nothing is to be done. ``claim`` is the token of the lease a node holds
+    on it (None: unclaimed).
+    """
+
+    session_id: str
+    wake_id: str
+    """The message id its ``session.wake`` is logged under (derived from the request)."""
+    revisit_id: str
+    request_id: str
+    workspace: str
+    at: str
+    at_ms: int
+    reason: str | None = None
+    state: WakeState = "pending"
+    wake_seq: int = 0
+    webhook: WebhookState | None = None
+    attempts: int = 0
+    due_ms: int | None = None
+    claim: str | None = None
+    last_error: str | None = None
+
+    @classmethod
+    def pending(
+        cls,
+        session_id: str,
+        workspace: str,
+        revisit_id: str,
+        request_id: str,
+        at: _dt.datetime,
+        reason: str | None,
+    ) -> WakeRecord:
+        """The record of a new request: pending, due at ``at``."""
+        at_ms = int(at.timestamp() * 1000)
+        return cls(
+            session_id=session_id,
+            wake_id=wake_message_id(revisit_id, request_id),
+            revisit_id=revisit_id,
+            request_id=request_id,
+            workspace=workspace,
+            at=format_time(at),
+            at_ms=at_ms,
+            reason=reason,
+            due_ms=at_ms,
+        )
+
+
+def settled_wake(stored: WakeRecord, record: WakeRecord) -> WakeRecord | None:
+    """What :meth:`Store.settle_wake` keeps for ``record`` over ``stored`` (whose claim it
+    held): the record released, with a ``done`` that :meth:`Store.wakes_seen` made meanwhile
+    kept; None when nothing is left to do for it (remove it)."""
+    state = "done" if stored.state == "done" and record.state == "due" else record.state
+    if state == "done" and record.webhook != "pending":
+        return None
+    due_ms = record.due_ms if state == "pending" or record.webhook == "pending" else None
+    return msgspec.structs.replace(record, state=state, claim=None, due_ms=due_ms)
 
 
 class Credential(msgspec.Struct, kw_only=True):
@@ -507,6 +588,53 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def claim_due_deadlines(self, now_ms: int, limit: int = 100) -> list[Deadline]:
         """Remove and return deadlines due by ``now_ms``; each is returned to one caller only."""
+
+    # --- wakes (notes §17.5) ---------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def put_wake(self, record: WakeRecord) -> None:
+        """Store a new ``pending`` record (unclaimed, due at ``due_ms``), replacing any other
+        ``pending`` record of the same session and ``revisit_id`` (a reschedule)."""
+
+    @abc.abstractmethod
+    async def cancel_wake(self, session_id: str, revisit_id: str) -> None:
+        """Remove the session's ``pending`` record of ``revisit_id``, if any."""
+
+    @abc.abstractmethod
+    async def get_wake(self, session_id: str, wake_id: str) -> WakeRecord | None:
+        """One record, or None."""
+
+    @abc.abstractmethod
+    async def claim_due_wakes(
+        self, now_ms: int, lease_ms: int, limit: int = 100
+    ) -> list[WakeRecord]:
+        """Claim records whose ``due_ms`` is at most ``now_ms``: each gets a fresh claim token
+        and ``due_ms = now_ms + lease_ms`` (another node takes it again once the lease is
+        over), atomically, so one record goes to one caller per lease."""
+
+    @abc.abstractmethod
+    async def settle_wake(self, record: WakeRecord, claim: str) -> bool:
+        """Replace the record with ``record`` (its ``claim`` None: released), or remove it when
+        ``record.state`` is ``done`` and no webhook is pending — only while the stored record
+        still holds ``claim`` (False otherwise: the lease ran out, or it was cancelled or
+        replaced meanwhile). The ``due`` → ``done`` change :meth:`wakes_seen` made meanwhile
+        is kept."""
+
+    @abc.abstractmethod
+    async def wakes_seen(self, session_id: str) -> list[WakeRecord]:
+        """The session's client attached: every ``due`` record becomes ``done`` (removed when
+        no webhook is pending), atomically. Returns them as they were (``due``)."""
+
+    @abc.abstractmethod
+    async def list_wakes(
+        self, workspace: str, *, due_only: bool, after: tuple[str, str] | None, limit: int
+    ) -> list[WakeRecord]:
+        """Records of a workspace ordered by (session_id, wake_id), after ``after``;
+        ``due_only``: only ``due`` ones, else ``pending`` and ``due``."""
+
+    async def release_wake_claims(self) -> None:  # noqa: B027 - optional hook
+        """Make every claimed record due now (a restarted sole owner of the store: the claims
+        were its own, made before it stopped). Stores shared by nodes leave leases to run out."""
 
     # --- credentials ----------------------------------------------------------------------
 

@@ -29,9 +29,11 @@ from .base import (
     ParticipantRecord,
     SessionHeader,
     Store,
+    WakeRecord,
     checked_format,
     received_of,
     refused_behind,
+    settled_wake,
 )
 
 __all__ = ["MemoryStore"]
@@ -68,6 +70,10 @@ class MemoryStore(Store):
         self._set_order = itertools.count()
         self._credentials: dict[str, Credential] = {}
         self._retention = retention
+        # (session_id, wake_id) → record; a session holds at most 100 pending ones and the
+        # due ones until its client attaches, so claims scan them all.
+        self._wakes: dict[tuple[str, str], WakeRecord] = {}
+        self._claims = itertools.count(1)
 
     async def ping(self) -> bool:
         return True
@@ -105,7 +111,12 @@ class MemoryStore(Store):
             s.header.name = name
             s.header.revision += 1
 
+    def _drop_wakes(self, session_id: str) -> None:
+        for key in [k for k in self._wakes if k[0] == session_id]:
+            del self._wakes[key]
+
     async def delete_session(self, session_id: str) -> bool:
+        self._drop_wakes(session_id)
         s = self._sessions.pop(session_id, None)
         self._drop_deadlines(session_id)
         if s is None:
@@ -123,6 +134,7 @@ class MemoryStore(Store):
         s.header.reason, s.header.deleted_by = reason, deleted_by
         s.header.revision += 1
         s.participants.clear()
+        self._drop_wakes(session_id)
         self._drop_deadlines(session_id)
         return True
 
@@ -305,6 +317,64 @@ class MemoryStore(Store):
                 self._disarmed(*key)
                 due.append(deadline)
         return due
+
+    async def put_wake(self, record: WakeRecord) -> None:
+        await self.cancel_wake(record.session_id, record.revisit_id)
+        self._wakes[record.session_id, record.wake_id] = copy.copy(record)
+
+    async def cancel_wake(self, session_id: str, revisit_id: str) -> None:
+        for key, r in list(self._wakes.items()):
+            if key[0] == session_id and r.revisit_id == revisit_id and r.state == "pending":
+                del self._wakes[key]
+
+    async def get_wake(self, session_id: str, wake_id: str) -> WakeRecord | None:
+        record = self._wakes.get((session_id, wake_id))
+        return None if record is None else copy.copy(record)
+
+    async def claim_due_wakes(
+        self, now_ms: int, lease_ms: int, limit: int = 100
+    ) -> list[WakeRecord]:
+        due = sorted(
+            (r for r in self._wakes.values() if r.due_ms is not None and r.due_ms <= now_ms),
+            key=lambda r: r.due_ms or 0,
+        )[:limit]
+        for r in due:
+            r.claim = f"c{next(self._claims)}"
+            r.due_ms = now_ms + lease_ms
+        return [copy.copy(r) for r in due]
+
+    async def settle_wake(self, record: WakeRecord, claim: str) -> bool:
+        key = (record.session_id, record.wake_id)
+        stored = self._wakes.get(key)
+        if stored is None or stored.claim != claim:
+            return False
+        new = settled_wake(stored, record)
+        if new is None:
+            del self._wakes[key]
+        else:
+            self._wakes[key] = new
+        return True
+
+    async def wakes_seen(self, session_id: str) -> list[WakeRecord]:
+        seen = []
+        for key, r in list(self._wakes.items()):
+            if key[0] == session_id and r.state == "due":
+                seen.append(copy.copy(r))
+                r.state = "done"
+                if r.webhook != "pending":
+                    del self._wakes[key]
+        return seen
+
+    async def list_wakes(
+        self, workspace: str, *, due_only: bool, after: tuple[str, str] | None, limit: int
+    ) -> list[WakeRecord]:
+        states = ("due",) if due_only else ("pending", "due")
+        keys = sorted(
+            k
+            for k, r in self._wakes.items()
+            if r.workspace == workspace and r.state in states and (after is None or k > after)
+        )
+        return [copy.copy(self._wakes[k]) for k in keys[:limit]]
 
     async def put_credential(self, credential: Credential) -> None:
         self._credentials[credential.digest] = credential

@@ -451,8 +451,9 @@ async def _read_line_with(stream: asyncio.StreamReader, pattern: str, within: fl
 
 
 async def test_demo_once_and_tail_show_the_session() -> None:
-    """`rawp demo --once` prints a dashboard link and withdraws unanswered questions; `rawp tail`
-    (token from RAWP_API_KEY) follows its session to the end, turns numbered from 1."""
+    """`rawp demo --once` prints a dashboard link, withdraws unanswered questions and answers
+    its wake with a turn; `rawp tail` (token from RAWP_API_KEY) follows its session to the end,
+    turns numbered from 1."""
     demo = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -477,6 +478,8 @@ async def test_demo_once_and_tail_show_the_session() -> None:
         "0.2",
         "--wait-for-edge",
         "30",
+        "--wake-after",
+        "0.5",
         cwd=REPO,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -523,10 +526,14 @@ async def test_demo_once_and_tail_show_the_session() -> None:
             "── turn 3 ended: end_turn, 1 tool call(s) ──",
             "  usage: ",
             "  ⟲ context compacted (auto)",
+            "⏰ asked to be woken at ",
+            "⏰ woken: check whether CI passed on the --verbose fix (asked for ",
+            "  ← ci_status ok",
+            "── turn 4 ended: end_turn, 1 tool call(s) ──",
             "× session deleted (user_request, by client)",
         ):
             assert expected in text, f"{expected!r} missing from:\n{text}"
-        assert text.count("  usage: ") == 3
+        assert text.count("  usage: ") == 4  # three turns and the one answering the wake
         demo_out, demo_err = await asyncio.wait_for(demo.communicate(), 60)
         assert demo.returncode == 0, demo_err.decode()
         assert "session demo-e2e deleted" in demo_out.decode()

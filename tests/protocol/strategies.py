@@ -188,6 +188,21 @@ def status(name: str = "running", **kw: Any) -> F.Frame:
     return build(F.SessionStatus, F.StatusPayload(status=name), **kw)  # type: ignore[arg-type]
 
 
+def revisit_request(
+    revisit_id: str = "r1", at: dt.datetime = TS, reason: str | None = None, **kw: Any
+) -> F.Frame:
+    payload = F.RevisitRequestPayload(revisit_id=revisit_id, at=at, reason=reason)
+    return build(F.RevisitRequest, payload, **kw)
+
+
+def revisit_cancel(revisit_id: str = "r1", **kw: Any) -> F.Frame:
+    return build(F.RevisitCancel, F.RevisitCancelPayload(revisit_id=revisit_id), **kw)
+
+
+def wake(revisit_id: str = "r1", at: dt.datetime = TS, **kw: Any) -> F.Frame:
+    return build(F.Wake, F.WakePayload(revisit_id=revisit_id, at=at), **kw)
+
+
 def hello(role: str = "client", **kw: Any) -> F.Frame:
     payload = F.HelloPayload(protocol_version="1.0.2", role=role, token="t")  # type: ignore[arg-type]
     return build(F.Hello, payload, **kw)
@@ -490,6 +505,14 @@ def frames_of_type(draw: st.DrawFn, tag: str, state: SessionState) -> F.Frame:
         frame = cancel(state.turn_id, **kw)
     elif tag == "session.status":
         frame = status(draw(st.sampled_from(["idle", "running", "requires_action"])), **kw)
+    elif tag in ("session.revisit.request", "session.revisit.cancel", "session.wake"):
+        rid = _pick(draw, state.pending_revisits, {"r1", "r2"})
+        make_revisit = {
+            "session.revisit.request": revisit_request,
+            "session.revisit.cancel": revisit_cancel,
+            "session.wake": wake,
+        }[tag]
+        frame = make_revisit(rid, **kw)
     else:  # pragma: no cover - a new frame type needs a branch here
         raise AssertionError(f"no strategy for {tag}")
     return roundtrip(frame)
@@ -531,5 +554,8 @@ def sample(tag: str) -> F.Frame:
         "user.message": user_message,
         "control.cancel": cancel,
         "session.status": status,
+        "session.revisit.request": revisit_request,
+        "session.revisit.cancel": revisit_cancel,
+        "session.wake": wake,
     }
     return roundtrip(makers[tag]())

@@ -109,6 +109,9 @@ SENDERS: dict[str, set[str]] = {
     "user.message": {"edge"},
     "control.cancel": {"edge"},
     "session.status": {"master"},  # notes §17.4
+    "session.revisit.request": {"client"},  # notes §17.5
+    "session.revisit.cancel": {"client"},
+    "session.wake": {"master"},
 }
 UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$", re.I)
 
@@ -160,6 +163,9 @@ def rule_codes(state: SessionState, frame: F.Frame, role: SenderRole) -> set[str
     elif tag == "session.deleted":
         if p.session_id != frame.session_id:
             codes.add("invalid_frame")
+    elif tag == "session.revisit.request":
+        if p.revisit_id not in state.pending_revisits and len(state.pending_revisits) >= 100:
+            codes.add("too_many_revisits")
     elif tag == "session.usage":
         cw = p.context_window
         if cw is not None and cw.utilization is not None and not 0 <= cw.utilization <= 1:

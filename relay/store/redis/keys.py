@@ -28,6 +28,10 @@ cluster slot and each per-session operation is one atomic Lua script:
                             disarmed too, never armed (such a build drops a deadline it
                             claims of a session it cannot read, so it must not see ours)
 ``rawp:{~ar}:ended``        sorted set of archived session ids, score ended_at_ms
+``rawp:{~wk}:rec``          hash ``<S>\n<wake_id>`` → JSON WakeRecord (notes §17.5); beside
+                            it ``…:due`` (sorted set, score due_ms), ``…:pend`` (each
+                            revisit's pending record), ``…:s:<S>`` and ``…:ws:<workspace>``
+                            (a session's and a workspace's records): scripts/wakes.lua
 ``rawp:cred:<digest>``      msgpack Credential
 ``rawp:keys``               set of the digests of every stored API key (the keys' list)
 ``rawp:cred-used:<digest>`` when the credential last authenticated (ms), beside its record
@@ -73,6 +77,9 @@ __all__ = [
     "NODES_LIVE",
     "NODES_SWEEP",
     "NODES_WRITING",
+    "WAKE_DUE",
+    "WAKE_PENDING",
+    "WAKE_RECORDS",
     "SessionKeys",
     "channel",
     "check_id",
@@ -86,6 +93,10 @@ DEADLINES: Final = "rawp:{~dl}:due:2"
 EARLIER_DEADLINES: Final = "rawp:{~dl}:due"  # armed by builds before layout 2
 CLAIM_MEMO: Final = "rawp:{~dl}:claim:"
 ARCHIVED: Final = "rawp:{~ar}:ended"  # sorted set: archived session id, score ended_at_ms
+# wakes: one slot, so every change is one script (scripts/wakes.lua)
+WAKE_RECORDS: Final = "rawp:{~wk}:rec"
+WAKE_DUE: Final = "rawp:{~wk}:due"
+WAKE_PENDING: Final = "rawp:{~wk}:pend"
 # node coordination keys share one slot, so the node scripts may touch several at once
 NODES_LIVE: Final = "rawp:{~nodes}:live"
 NODES_ALL: Final = "rawp:{~nodes}:all"

@@ -30,6 +30,7 @@ __all__ = [
     "RENAME_LUA",
     "SOURCES",
     "UNLOCK_LUA",
+    "WAKES_LUA",
     "WRITE_DONE_LUA",
     "WRITE_HOLD_LUA",
     "Scripts",
@@ -62,6 +63,7 @@ SOURCES: Final[dict[str, str]] = {
         "remove_participant",
         "rename",
         "unlock",
+        "wakes",
         "write_done",
         "write_hold",
     )
@@ -85,6 +87,7 @@ PUT_PARTICIPANT_LUA: Final = SOURCES["put_participant"]
 REMOVE_PARTICIPANT_LUA: Final = SOURCES["remove_participant"]
 RENAME_LUA: Final = SOURCES["rename"]
 UNLOCK_LUA: Final = SOURCES["unlock"]
+WAKES_LUA: Final = SOURCES["wakes"]
 WRITE_DONE_LUA: Final = SOURCES["write_done"]
 WRITE_HOLD_LUA: Final = SOURCES["write_hold"]
 
@@ -112,5 +115,6 @@ class Scripts:
         self.remove_participant: Any = register(REMOVE_PARTICIPANT_LUA)
         self.rename: Any = register(RENAME_LUA)
         self.unlock: Any = register(UNLOCK_LUA)
+        self.wakes: Any = register(WAKES_LUA)
         self.write_done: Any = register(WRITE_DONE_LUA)
         self.write_hold: Any = register(WRITE_HOLD_LUA)

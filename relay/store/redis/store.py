@@ -36,6 +36,7 @@ from ..base import (
     ParticipantRecord,
     SessionHeader,
     Store,
+    WakeRecord,
 )
 from .appender import Appender
 from .coordination import Coordination
@@ -61,6 +62,9 @@ from .keys import (
     DEADLINES,
     EARLIER_DEADLINES,
     KEYS_INDEX,
+    WAKE_DUE,
+    WAKE_PENDING,
+    WAKE_RECORDS,
     SessionKeys,
     channel,
     credential_key,
@@ -75,6 +79,9 @@ from .pubsub import PubSub, Subscription
 from .sharing import SharedReads
 
 __all__ = ["Entered", "RedisStore"]
+
+_wake_enc: Final = msgspec.json.Encoder()
+_wake_dec: Final = msgspec.json.Decoder(WakeRecord)
 
 _log = logging.getLogger("relay.store.redis")
 
@@ -331,6 +338,7 @@ class RedisStore(Store):
             if pids:
                 await self._disarm(session_id, [text(p) for p in pids])
             await self._client.zrem(ARCHIVED, session_id)
+            await self._wakes("drop", session_id)
         return bool(existed)
 
     async def archive_session(
@@ -354,6 +362,7 @@ class RedisStore(Store):
                 await self._disarm(session_id, [text(p) for p in pids])
             if existed:
                 await self._client.zadd(ARCHIVED, {session_id: ended_at_ms})
+                await self._wakes("drop", session_id)
         return bool(existed)
 
     async def archived_before(self, cutoff_ms: int, limit: int = 100) -> list[str]:
@@ -667,6 +676,66 @@ class RedisStore(Store):
                 )
             )
         return out
+
+    # --- wakes (notes §17.5; scripts/wakes.lua) ----------------------------------------------
+
+    async def _wakes(self, op: str, *args: Any) -> Any:
+        with mapped():
+            return await self._scripts.wakes(
+                keys=[WAKE_RECORDS, WAKE_DUE, WAKE_PENDING], args=[op, *args]
+            )
+
+    async def put_wake(self, record: WakeRecord) -> None:
+        await self._wakes("put", _wake_enc.encode(record))
+
+    async def cancel_wake(self, session_id: str, revisit_id: str) -> None:
+        await self._wakes("cancel", session_id, revisit_id)
+
+    async def get_wake(self, session_id: str, wake_id: str) -> WakeRecord | None:
+        with mapped():
+            raw = await self._client.hget(WAKE_RECORDS, f"{session_id}\n{wake_id}")
+        return None if raw is None else _wake_dec.decode(raw)
+
+    async def claim_due_wakes(
+        self, now_ms: int, lease_ms: int, limit: int = 100
+    ) -> list[WakeRecord]:
+        token = secrets.token_hex(8)
+        got = await self._wakes("claim", now_ms, lease_ms, limit, token)
+        return [_wake_dec.decode(raw) for raw in got]
+
+    async def settle_wake(self, record: WakeRecord, claim: str) -> bool:
+        return bool(await self._wakes("settle", _wake_enc.encode(record), claim))
+
+    async def wakes_seen(self, session_id: str) -> list[WakeRecord]:
+        got = await self._wakes("seen", session_id)
+        return [_wake_dec.decode(raw) for raw in got]
+
+    async def list_wakes(
+        self, workspace: str, *, due_only: bool, after: tuple[str, str] | None, limit: int
+    ) -> list[WakeRecord]:
+        index = f"rawp:{{~wk}}:ws:{workspace}"
+        low = "-" if after is None else f"({after[0]}\n{after[1]}"
+        states = ("due",) if due_only else ("pending", "due")
+        out: list[WakeRecord] = []
+        while len(out) < limit:
+            with mapped():
+                members = await self._client.zrangebylex(index, low, "+", start=0, num=256)
+                if not members:
+                    break
+                raws = await self._client.hmget(WAKE_RECORDS, members)
+            for raw in raws:
+                if raw is None:
+                    continue
+                record = _wake_dec.decode(raw)
+                if record.state in states:
+                    out.append(record)
+                    if len(out) == limit:
+                        break
+            low = "(" + text(members[-1])
+        return out
+
+    async def release_wake_claims(self) -> None:
+        await self._wakes("release")
 
     # --- credentials ------------------------------------------------------------------------
 

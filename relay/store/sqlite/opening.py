@@ -34,6 +34,7 @@ from .schema import (
     TABLES,
     TABLES_V1,
     add_vault_ids,
+    add_wakes,
     create_schema,
     upgrade_to_2,
 )
@@ -318,6 +319,7 @@ def open_writer(path: Path) -> sqlite3.Connection:
         elif found < DB_FORMAT:
             upgrade_to_2(writer)
         add_vault_ids(writer)
+        add_wakes(writer)
     except BaseException as exc:
         if writer is not None:
             writer.close()  # before the lock goes: its descriptor's close drops SQLite's locks

@@ -18,6 +18,7 @@ import sqlite3
 from typing import Final
 
 from .statements import PUT_RECEIVED
+from .wakes import WAKES_TABLE
 
 __all__ = [
     "APPLICATION_ID",
@@ -28,6 +29,7 @@ __all__ = [
     "TABLES",
     "TABLES_V1",
     "add_vault_ids",
+    "add_wakes",
     "create_schema",
     "upgrade_to_2",
 ]
@@ -105,6 +107,7 @@ CREATE INDEX IF NOT EXISTS deadlines_due ON deadlines (due_ms);
 CREATE TABLE IF NOT EXISTS credentials (digest TEXT PRIMARY KEY, record BLOB NOT NULL);
 """
     + RECEIVED_TABLE
+    + WAKES_TABLE
 )
 TABLES_V1: Final = frozenset(
     {"sessions", "log", "tombstones", "participants", "deadlines", "credentials"}
@@ -163,3 +166,9 @@ def add_vault_ids(db: sqlite3.Connection) -> None:
     columns = {row[1] for row in db.execute("PRAGMA table_info(sessions)")}
     if "vault_ids" not in columns:
         db.execute("ALTER TABLE sessions ADD COLUMN vault_ids TEXT")
+
+
+def add_wakes(db: sqlite3.Connection) -> None:
+    """The ``wakes`` table (notes §17.5), added to a file that lacks it. A new table is no new
+    format: an earlier build never reads it (it just wakes nobody)."""
+    db.executescript(WAKES_TABLE)

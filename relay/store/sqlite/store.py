@@ -36,8 +36,10 @@ from ..base import (
     SessionHeader,
     Store,
     StoreOpenError,
+    WakeRecord,
     checked_format,
 )
+from . import wakes
 from .appending import append_entries
 from .integrity import IntegrityCheck
 from .jobs import Health
@@ -313,6 +315,7 @@ class SqliteStore(Store):
     async def delete_session(self, session_id: str) -> bool:
         def apply(db: sqlite3.Connection) -> bool:
             db.execute(DELETE_DEADLINES, (session_id,))
+            wakes.drop_session_wakes(db, session_id)
             existed = db.execute(DELETE_SESSION, (session_id,)).rowcount > 0
             if not existed:
                 return False
@@ -334,6 +337,7 @@ class SqliteStore(Store):
                 return False
             db.execute(DELETE_PARTICIPANTS, (session_id,))
             db.execute(DELETE_DEADLINES, (session_id,))
+            wakes.drop_session_wakes(db, session_id)
             return True
 
         return await self._write(apply)
@@ -528,6 +532,43 @@ class SqliteStore(Store):
             return [Deadline(session_id=r[0], participant_id=r[1], due_ms=r[2]) for r in rows]
 
         return await self._write(apply)
+
+    # --- wakes (notes §17.5; the jobs: wakes.py) ---------------------------------------------
+
+    async def put_wake(self, record: WakeRecord) -> None:
+        await self._write(lambda db: wakes.put_wake(db, record))
+
+    async def cancel_wake(self, session_id: str, revisit_id: str) -> None:
+        await self._write(lambda db: wakes.cancel_wake(db, session_id, revisit_id))
+
+    async def get_wake(self, session_id: str, wake_id: str) -> WakeRecord | None:
+        return await self._read(lambda db: wakes.get_wake(db, session_id, wake_id))
+
+    async def claim_due_wakes(
+        self, now_ms: int, lease_ms: int, limit: int = 100
+    ) -> list[WakeRecord]:
+        # Every node sweeps every 0.2 s: a reader answers "nothing due" without a write job
+        # queued behind the appends.
+        if not await self._read(lambda db: wakes.any_due(db, now_ms)):
+            return []
+        token = os.urandom(8).hex()
+        return await self._write(
+            lambda db: wakes.claim_due_wakes(db, now_ms, lease_ms, limit, token)
+        )
+
+    async def settle_wake(self, record: WakeRecord, claim: str) -> bool:
+        return await self._write(lambda db: wakes.settle_wake(db, record, claim))
+
+    async def wakes_seen(self, session_id: str) -> list[WakeRecord]:
+        return await self._write(lambda db: wakes.wakes_seen(db, session_id))
+
+    async def list_wakes(
+        self, workspace: str, *, due_only: bool, after: tuple[str, str] | None, limit: int
+    ) -> list[WakeRecord]:
+        return await self._read(lambda db: wakes.list_wakes(db, workspace, due_only, after, limit))
+
+    async def release_wake_claims(self) -> None:
+        await self._write(wakes.release_claims)
 
     # --- credentials -----------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ import {
   RawpClient,
   SessionView,
   dataIncomplete,
+  revisitText,
   type Block,
   type ConnectionStatus,
   type Frame,
@@ -324,7 +325,7 @@ function renderList(): void {
   const all = app.sessions;
   const count = (st: string) => all.filter((s) => liveStatus(s) === st).length;
   const parts = [`${shown.length} of ${all.length} session${all.length === 1 ? "" : "s"}`];
-  for (const [st, label] of [["running", "running"], ["requires_action", "need action"], ["idle", "idle"], ["terminated", "archived"]] as const) {
+  for (const [st, label] of [["running", "running"], ["requires_action", "need action"], ["rescheduling", "rescheduling"], ["idle", "idle"], ["terminated", "archived"]] as const) {
     const n = count(st);
     if (n > 0) parts.push(`${n} ${label}`);
   }
@@ -539,6 +540,9 @@ function render(): void {
   const status = c.readOnly && header ? "terminated" : view.status;
   $("session-status").textContent = status === "terminated" && c.readOnly ? "archived" : status.replace("_", " ");
   $("session-status").className = `badge status-${status}`;
+  // notes §17.5: what the agent waits for while rescheduling (received text: set as text only)
+  const revisits = [...view.pendingRevisits.values()].map((r) => revisitText(r.at, r.reason));
+  $("session-status").title = status === "rescheduling" ? revisits.join("\n") : "";
   $("agent-state").textContent = `agent ${view.agentState.replace("_", " ")}`;
   $("agent-state").hidden = view.agentState === "idle";
   renderPresence(c);

@@ -351,7 +351,10 @@ export class Timeline {
     // An error is whoever sent it (the view records it: notes §16.8); other notices by their frame.
     const role = b.notice === "error" ? b.reported_by : (this.c.frame(b.seq)?.sender?.role ?? "master");
     const fromMaster = role === "master";
-    let label: string = { renamed: "Renamed", deleted: "Deleted", ended: "Ended", error: "Error", history: "Agent history", cancel: "Cancel" }[b.notice];
+    let label: string = {
+      renamed: "Renamed", deleted: "Deleted", ended: "Ended", error: "Error", history: "Agent history", cancel: "Cancel",
+      revisit: "Revisit", revisit_cancelled: "Revisit withdrawn", wake: "Woken",
+    }[b.notice];
     if (b.notice === "error") label = fromMaster ? "Master notice" : `${role === "client" ? "Agent" : "Viewer"} reported`;
     const node = el(
       "div",

@@ -319,8 +319,22 @@ export interface SendReceipt {
   via: "ack" | "welcome" | "written";
 }
 
+/** A revisit came due (notes §17.5): what the "wake" event hands its listeners. */
+export interface WakeEvent {
+  revisitId: string;
+  /** The time asked for (RFC 3339, as the wake states it). */
+  at: string;
+  reason: string | null;
+  /** The logged session.wake itself. */
+  frame: KnownFrame;
+  /** True when it arrived in the backlog of a (re)attach rather than live. */
+  replayed: boolean;
+}
+
 export interface ClientEvents {
   frame: (delivery: Delivery) => void;
+  /** Each session.wake (a revisit asked for with revisit() came due), live or in a backlog, once. */
+  wake: (wake: WakeEvent) => void;
   status: (status: ConnectionStatus) => void;
   welcome: (welcome: Welcome) => void;
   backlog: (history: History) => void;
@@ -385,7 +399,7 @@ export class RawpClient implements AsyncIterable<Delivery> {
   private readonly random: () => number;
   private statusValue: ConnectionStatus = "new";
   private listeners: Listeners = {
-    frame: new Set(), status: new Set(), welcome: new Set(), backlog: new Set(),
+    frame: new Set(), wake: new Set(), status: new Set(), welcome: new Set(), backlog: new Set(),
     error: new Set(), committed: new Set(), closed: new Set(),
   };
   private conn: Conn | null = null;
@@ -396,6 +410,7 @@ export class RawpClient implements AsyncIterable<Delivery> {
   private restored = false;
   private attachedBefore = false;
   private turnIndex = -1;
+  private woken = new Set<string>(); // message ids of the wakes told: each is told once
   private lastSync: [string, string] | null = null;
   private maxFrameBytes: number | null = null;
   private outgoing: BoundedBuffer<KnownFrame>;
@@ -890,7 +905,17 @@ export class RawpClient implements AsyncIterable<Delivery> {
         return;
       }
       if (frame.seq !== undefined && frame.seq !== null) {
-        if (frame.seq <= this.view.lastSeq) return;
+        if (frame.seq <= this.view.lastSeq) {
+          // notes §17.5: a wake that came due while this client was away follows its welcome
+          // even when the cursor is past it (a fresh attach starts at the head): folded and
+          // delivered, the cursor stays
+          if (frame.type === "session.wake" && !this.view.hasSeen(frame.message_id)) {
+            this.view.fold(frame, "master");
+            this.deliver({ frame, replayed: false });
+            this.tellWake(frame, false);
+          }
+          return;
+        }
         this.receivedSinceAck += 1;
       } else if (frame.type === "session.history") {
         this.receivedSinceAck += 1;
@@ -905,6 +930,7 @@ export class RawpClient implements AsyncIterable<Delivery> {
       }
       this.view.receive(frame);
       this.deliver({ frame, replayed: false });
+      this.tellWake(frame, false);
     } catch (e) {
       this.malformed(e instanceof Error ? e : new Error(String(e)));
     }
@@ -918,6 +944,7 @@ export class RawpClient implements AsyncIterable<Delivery> {
     this.emit("backlog", history);
     if (this.opts.splitBacklog === false) {
       this.deliver({ frame: history, replayed: false });
+      this.tellWakes(history);
       return;
     }
     for (const raw of history.payload.frames) {
@@ -928,6 +955,23 @@ export class RawpClient implements AsyncIterable<Delivery> {
       }
       this.deliver({ frame: d.frame, replayed: true });
     }
+    this.tellWakes(history);
+  }
+
+  private tellWakes(history: History): void {
+    for (const raw of history.payload.frames) {
+      const d = decode(raw);
+      if (d.ok) this.tellWake(d.frame, true);
+    }
+  }
+
+  /** The "wake" event for a session.wake not told before (notes §17.5). */
+  private tellWake(frame: Frame, replayed: boolean): void {
+    if (frame.type !== "session.wake" || !isKnown(frame)) return;
+    if (this.woken.has(frame.message_id)) return;
+    this.woken.add(frame.message_id);
+    const p = frame.payload as { revisit_id: string; at: string; reason?: string | null };
+    this.emit("wake", { revisitId: p.revisit_id, at: p.at, reason: p.reason ?? null, frame, replayed });
   }
 
   private deliver(delivery: Delivery): void {
@@ -1274,6 +1318,25 @@ export class RawpClient implements AsyncIterable<Delivery> {
     return this.send(this.frame("session.compacted", payload));
   }
 
+  /**
+   * Ask to be woken at `at` (notes §17.5): session.revisit.request. Resolves with its revisit id
+   * (a new UUID unless `opts.revisitId` names one: the same id again reschedules it) once the
+   * master stored it; rejects with FrameRefused (`invalid_revisit`: more than 60 s past or 366
+   * days ahead; `too_many_revisits`: 100 pending) or a RangeError for a time without a zone.
+   * When it comes due the "wake" event fires (at once if attached, else after the next attach).
+   */
+  async revisit(at: Date | string, reason?: string, opts: { revisitId?: string } = {}): Promise<string> {
+    const when = revisitTime(at);
+    const revisitId = opts.revisitId ?? newMessageId();
+    const payload = reason === undefined ? { revisit_id: revisitId, at: when } : { revisit_id: revisitId, at: when, reason };
+    await this.send(this.frame("session.revisit.request", payload));
+    return revisitId;
+  }
+  /** Withdraw a pending revisit (session.revisit.cancel); an unknown or woken id changes nothing. */
+  async cancelRevisit(revisitId: string): Promise<void> {
+    await this.send(this.frame("session.revisit.cancel", { revisit_id: revisitId }));
+  }
+
   // --- typed helpers: both roles -----------------------------------------------------------
 
   rename(name: string): Promise<SendReceipt> {
@@ -1411,4 +1474,18 @@ function mergeStatus(earlier: BufferStatus, later: BufferStatus): BufferStatus {
     Math.max(earlier.buffer_high_watermark ?? 0, later.buffer_high_watermark ?? 0),
     earlier.truncated || later.truncated,
   );
+}
+
+const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/;
+
+/** A revisit's `at` on the wire: a Date as UTC, or RFC 3339 text with its zone. */
+function revisitTime(at: Date | string): string {
+  if (at instanceof Date) {
+    if (Number.isNaN(at.getTime())) throw new RangeError("revisit: an invalid Date");
+    return at.toISOString();
+  }
+  if (!RFC3339.test(at) || Number.isNaN(new Date(at).getTime())) {
+    throw new RangeError(`revisit: not an RFC 3339 time with a zone: ${JSON.stringify(at)} (e.g. 2026-12-08T09:00:00Z)`);
+  }
+  return at;
 }

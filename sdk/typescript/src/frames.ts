@@ -35,7 +35,10 @@ export type KnownFrame =
   | G.InteractionResponse
   | G.UserMessage
   | G.Cancel
-  | G.InteractionCancel;
+  | G.InteractionCancel
+  | G.RevisitRequest
+  | G.RevisitCancel
+  | G.Wake;
 
 /** An envelope of an unknown type marked `metadata.ignorable` (relayed untouched, notes §3). */
 export interface GenericFrame {

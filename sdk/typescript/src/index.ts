@@ -21,6 +21,7 @@ export type {
   ConnectionStatus,
   Delivery,
   SendReceipt,
+  WakeEvent,
   WebSocketConstructor,
   WebSocketLike,
 } from "./client.js";
@@ -29,7 +30,7 @@ export { continueSession } from "./continue.js";
 export type { ContinuedSession, ContinueOptions } from "./continue.js";
 export { memoryStore, webStore, sessionStore, localStore } from "./persistence.js";
 export type { StateStore, WebStorageLike } from "./persistence.js";
-export { SessionView, LOCAL_SENDER, dataIncomplete } from "./view.js";
+export { SessionView, LOCAL_SENDER, dataIncomplete, revisitText, wakeText, wakeTime } from "./view.js";
 export type {
   Block,
   CompactionBlock,
@@ -51,12 +52,13 @@ export { BoundedBuffer, bufferStatus, selectBacklog, POLICIES } from "./buffers.
 export type { BufferedItem } from "./buffers.js";
 export {
   SessionState,
+  MAX_PENDING_REVISITS,
   allowedTypes,
   check as checkFrame,
   fold as foldFrame,
   snapshot as snapshotState,
   status as sessionStatus,
 } from "./state.js";
-export type { Phase, Status } from "./state.js";
+export type { Phase, PendingRevisit, Status } from "./state.js";
 export { finalize, planHistory, foldEntry, unfinalizes, needsFinalization, CONNECTION_LOST } from "./finalize.js";
 export type * from "./frames.js";

@@ -10,6 +10,18 @@ import { SENDER_FRAME_TYPES } from "./generated/directions.js";
 export type Phase = "idle" | "turn_open" | "usage_due" | "terminated";
 export type Status = "idle" | "running" | "requires_action" | "rescheduling" | "terminated";
 
+/** The most revisits one session may have pending (notes §17.5): the next is refused. */
+export const MAX_PENDING_REVISITS = 100;
+
+/** A revisit the client asked for that is neither woken nor withdrawn (notes §17.5). */
+export interface PendingRevisit {
+  /** The time asked for, as the request stated it (RFC 3339). */
+  at: string;
+  reason: string | null;
+  /** The message_id of the request that set it (a later one with the same id replaces it). */
+  requestId: string;
+}
+
 export class SessionState {
   phase: Phase = "idle";
   turnId: string | null = null;
@@ -37,6 +49,8 @@ export class SessionState {
   loggedStatus: string | null = null;
   /** A user.message reached the session with no turn open, and no turn started since. */
   runRequested = false;
+  /** Revisits pending, by revisit_id, in the order asked (notes §17.5). */
+  pendingRevisits = new Map<string, PendingRevisit>();
   /** §7.8.3: the state just before the first synthetic frame, and the real frames since. */
   beforeFinalization: SessionState | null = null;
   sinceFinalization: Array<[Frame, SenderRole]> = [];
@@ -73,6 +87,7 @@ export class SessionState {
     c.lastError = this.lastError === null ? null : { ...this.lastError };
     c.loggedStatus = this.loggedStatus;
     c.runRequested = this.runRequested;
+    c.pendingRevisits = new Map(this.pendingRevisits);
     c.beforeFinalization = this.beforeFinalization === null ? null : this.beforeFinalization.clone();
     c.sinceFinalization = [...this.sinceFinalization];
     c.finalizedLocally = this.finalizedLocally;
@@ -89,6 +104,7 @@ export function status(state: SessionState): Status {
   if (state.phase === "terminated") return "terminated";
   if (state.pendingInteractions.size > 0) return "requires_action";
   if (state.phase === "turn_open") return "running";
+  if (state.pendingRevisits.size > 0) return "rescheduling";
   return "idle";
 }
 
@@ -189,6 +205,22 @@ const userMessageApply: Fn = (state) => {
 const statusApply: Fn = (state, frame) => {
   state.loggedStatus = payload(frame).status;
 };
+// How far `at` may lie from now is the master's check (it has the clock).
+const revisitRequestCheck: Fn = (state, frame) => {
+  const rid = payload(frame).revisit_id;
+  if (!state.pendingRevisits.has(rid) && state.pendingRevisits.size >= MAX_PENDING_REVISITS) {
+    throw err("too_many_revisits", `the session has ${MAX_PENDING_REVISITS} revisits pending; cancel one first`);
+  }
+};
+const revisitRequestApply: Fn = (state, frame) => {
+  const p = payload(frame);
+  state.pendingRevisits.delete(p.revisit_id); // the same id again reschedules it (moved last)
+  state.pendingRevisits.set(p.revisit_id, { at: p.at, reason: p.reason ?? null, requestId: frame.message_id });
+};
+// A cancel of an unknown or woken id changes nothing; a wake ends the revisit it names.
+const revisitDoneApply: Fn = (state, frame) => {
+  state.pendingRevisits.delete(payload(frame).revisit_id);
+};
 const refuseTurnEnd: Fn = () => {
   throw err("turn_state", "no turn is open; session.turn.end must close an open turn");
 };
@@ -235,6 +267,7 @@ const deletedApply: Fn = (state) => {
   state.openThinking.clear();
   state.turnId = null;
   state.agentState = "idle";
+  state.pendingRevisits.clear(); // an ended session is never woken (notes §17.5)
   dropRecord(state);
 };
 const agentStateApply: Fn = (state, frame) => {
@@ -330,6 +363,9 @@ const ANYTIME: Record<string, Rule> = {
   "user.message": rule(nothing, userMessageApply),
   "control.cancel": rule(nothing, nothing),
   "session.status": rule(nothing, statusApply),
+  "session.revisit.request": rule(revisitRequestCheck, revisitRequestApply),
+  "session.revisit.cancel": rule(nothing, revisitDoneApply),
+  "session.wake": rule(nothing, revisitDoneApply),
 };
 const TURN_START = rule(turnStartCheck, turnStartApply, "turn_open");
 const TURN_END: Rule = { ...rule(turnEndCheck, turnEndApply, "usage_due"), kind: "turn_end" };

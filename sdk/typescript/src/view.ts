@@ -9,7 +9,7 @@ import { ProtocolError, decodeObject, isKnown, isSynthetic } from "./codec.js";
 import type { Frame, KnownFrame, SenderRole } from "./frames.js";
 import { finalize, planHistory, unfinalizes } from "./finalize.js";
 import type { BufferStatus, History, PreservedElements, Sender, SessionInfo } from "./generated/frames.js";
-import { SessionState, type Status, fold as foldState, snapshot, status as statusOf } from "./state.js";
+import { type PendingRevisit, SessionState, type Status, fold as foldState, snapshot, status as statusOf } from "./state.js";
 import { endingNotice } from "./endings.js";
 
 /** The sender stamped on frames this view synthesizes itself (§7.8.1, never sent). */
@@ -98,7 +98,7 @@ export interface CompactionBlock extends BlockBase {
 }
 export interface NoticeBlock extends BlockBase {
   kind: "notice";
-  notice: "renamed" | "deleted" | "ended" | "error" | "history" | "cancel";
+  notice: "renamed" | "deleted" | "ended" | "error" | "history" | "cancel" | "revisit" | "revisit_cancelled" | "wake";
   text: string;
   error_code: string | null;
   truncated: boolean;
@@ -155,6 +155,26 @@ function newTotals(): Totals {
   };
 }
 
+/**
+ * A revisit's time as people read it, in UTC to the second: `2026-12-08 01:00:00 UTC` (the
+ * Python view writes the same text); the text as given when it is not a time.
+ */
+export function wakeTime(at: string): string {
+  const d = new Date(at);
+  if (Number.isNaN(d.getTime())) return at;
+  return `${d.toISOString().slice(0, 19).replace("T", " ")} UTC`;
+}
+
+/** The line of a session.revisit.request: `asked to be woken at … (reason)` (notes §17.5). */
+export function revisitText(at: string, reason: string | null | undefined): string {
+  return `asked to be woken at ${wakeTime(at)}${reason ? ` (${reason})` : ""}`;
+}
+
+/** The line of a session.wake: `woken: reason (asked for …)`. */
+export function wakeText(at: string, reason: string | null | undefined): string {
+  return reason ? `woken: ${reason} (asked for ${wakeTime(at)})` : `woken: the time asked for came (${wakeTime(at)})`;
+}
+
 /** Python's repr() of a str, for the notice texts the Python view writes. */
 export function pyRepr(text: string): string {
   const quote = text.includes("'") && !text.includes('"') ? '"' : "'";
@@ -192,6 +212,7 @@ class Renderer {
   private thinking = new Map<string, ThinkingBlock>();
   private calls = new Map<string, ToolCallBlock>();
   private interactions = new Map<string, InteractionBlock>();
+  private revisits = new Map<string, string>(); // pending revisit_id -> its time, as shown
   private turn: string | null = null;
   private lastTurn: string | null = null;
 
@@ -402,6 +423,19 @@ class Renderer {
       block = make("history", text, { truncated: s.truncated, lost_frame_count: lostCount });
     } else if (frame.type === "control.cancel") {
       block = make("cancel", "cancel requested");
+    } else if (frame.type === "session.revisit.request") {
+      this.revisits.set(p.revisit_id, wakeTime(p.at));
+      block = make("revisit", revisitText(p.at, p.reason));
+    } else if (frame.type === "session.revisit.cancel") {
+      // a cancel of an unknown or already woken revisit changes nothing: no line
+      const when = this.revisits.get(p.revisit_id);
+      if (when !== undefined) {
+        this.revisits.delete(p.revisit_id);
+        block = make("revisit_cancelled", `no longer asks to be woken at ${when}`);
+      }
+    } else if (frame.type === "session.wake") {
+      this.revisits.delete(p.revisit_id);
+      block = make("wake", wakeText(p.at, p.reason));
     }
     if (block !== null) this.blocks.push(block);
   }
@@ -449,6 +483,10 @@ export class SessionView {
   }
   get status(): Status {
     return statusOf(this.state);
+  }
+  /** Revisits the agent asked for that are neither woken nor withdrawn, by id (notes §17.5). */
+  get pendingRevisits(): ReadonlyMap<string, PendingRevisit> {
+    return new Map(this.state.pendingRevisits);
   }
   get agentState(): string {
     return this.state.agentState;

@@ -43,6 +43,7 @@ export function viewResult(view: SessionView): unknown {
       closed_blocks: [...s.closedBlocks].sort(),
       open_calls: [...s.openCalls.keys()],
       pending_interactions: [...s.pendingInteractions.keys()].sort(),
+      pending_revisits: [...s.pendingRevisits.keys()],
       turns_completed: s.turnsCompleted,
       input_tokens: s.inputTokens,
       output_tokens: s.outputTokens,

@@ -24,6 +24,8 @@ export const SENDER_FRAME_TYPES = {
     "tool.invoke.result",
     "agent.interaction.request",
     "agent.interaction.cancel",
+    "session.revisit.request",
+    "session.revisit.cancel",
   ],
   edge: [
     "connection.hello",
@@ -50,5 +52,6 @@ export const SENDER_FRAME_TYPES = {
     "tool.invoke.result",
     "agent.state",
     "session.status",
+    "session.wake",
   ],
 } as const;

@@ -31,6 +31,9 @@ export type AnyFrameSchema =
   | UserMessage
   | Cancel
   | SessionStatus
+  | RevisitRequest
+  | RevisitCancel
+  | Wake
   | IgnorableFrame;
 /**
  * An envelope of a type this version does not know. Accepted and relayed untouched only when metadata.ignorable is true; otherwise refused as unknown_type.
@@ -1101,6 +1104,116 @@ export interface StatusPayload {
         | "tool_use"
       )
     | null;
+  [k: string]: unknown | undefined;
+}
+/**
+ * Wake me at a time (C; notes §17.5).
+ */
+export interface RevisitRequest {
+  /**
+   * An opaque identifier.
+   */
+  message_id: string;
+  metadata?: Metadata | null;
+  payload: RevisitRequestPayload;
+  sender?: Sender | null;
+  seq?: number | null;
+  /**
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
+   */
+  session_id: string;
+  /**
+   * RFC 3339 date-time with offset.
+   */
+  timestamp: string;
+  type: "session.revisit.request";
+  [k: string]: unknown | undefined;
+}
+/**
+ * The client asks to be woken at ``at`` (notes §17.5); the same ``revisit_id`` again
+ * reschedules the pending one.
+ */
+export interface RevisitRequestPayload {
+  /**
+   * RFC 3339 date-time with offset.
+   */
+  at: string;
+  reason?: string | null;
+  /**
+   * An opaque identifier.
+   */
+  revisit_id: string;
+  [k: string]: unknown | undefined;
+}
+/**
+ * Withdraw a pending revisit (C; notes §17.5).
+ */
+export interface RevisitCancel {
+  /**
+   * An opaque identifier.
+   */
+  message_id: string;
+  metadata?: Metadata | null;
+  payload: RevisitCancelPayload;
+  sender?: Sender | null;
+  seq?: number | null;
+  /**
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
+   */
+  session_id: string;
+  /**
+   * RFC 3339 date-time with offset.
+   */
+  timestamp: string;
+  type: "session.revisit.cancel";
+  [k: string]: unknown | undefined;
+}
+/**
+ * The client withdraws a pending revisit (an unknown or already woken id: no-op).
+ */
+export interface RevisitCancelPayload {
+  /**
+   * An opaque identifier.
+   */
+  revisit_id: string;
+  [k: string]: unknown | undefined;
+}
+/**
+ * A revisit came due (M; notes §17.5).
+ */
+export interface Wake {
+  /**
+   * An opaque identifier.
+   */
+  message_id: string;
+  metadata?: Metadata | null;
+  payload: WakePayload;
+  sender?: Sender | null;
+  seq?: number | null;
+  /**
+   * A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).
+   */
+  session_id: string;
+  /**
+   * RFC 3339 date-time with offset.
+   */
+  timestamp: string;
+  type: "session.wake";
+  [k: string]: unknown | undefined;
+}
+/**
+ * A revisit came due (notes §17.5): ``at`` is the time the client asked for.
+ */
+export interface WakePayload {
+  /**
+   * RFC 3339 date-time with offset.
+   */
+  at: string;
+  reason?: string | null;
+  /**
+   * An opaque identifier.
+   */
+  revisit_id: string;
   [k: string]: unknown | undefined;
 }
 /**

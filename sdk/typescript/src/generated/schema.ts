@@ -1137,10 +1137,13 @@ export const ANY_FRAME_SCHEMA: unknown = {
               "session.history",
               "session.presence",
               "session.renamed",
+              "session.revisit.cancel",
+              "session.revisit.request",
               "session.status",
               "session.turn.end",
               "session.turn.start",
               "session.usage",
+              "session.wake",
               "tool.invoke.request",
               "tool.invoke.result",
               "user.message"
@@ -1882,6 +1885,210 @@ export const ANY_FRAME_SCHEMA: unknown = {
         "last_seq"
       ],
       "title": "Resume",
+      "type": "object"
+    },
+    "RevisitCancel": {
+      "description": "Withdraw a pending revisit (C; notes §17.5).",
+      "properties": {
+        "message_id": {
+          "description": "An opaque identifier.",
+          "maxLength": 256,
+          "minLength": 1,
+          "type": "string"
+        },
+        "metadata": {
+          "anyOf": [
+            {
+              "$ref": "#/$defs/Metadata"
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
+        },
+        "payload": {
+          "$ref": "#/$defs/RevisitCancelPayload"
+        },
+        "sender": {
+          "anyOf": [
+            {
+              "$ref": "#/$defs/Sender"
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
+        },
+        "seq": {
+          "anyOf": [
+            {
+              "description": "A position in the session log (dense, from 1).",
+              "minimum": 0,
+              "type": "integer"
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
+        },
+        "session_id": {
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
+          "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
+          "type": "string"
+        },
+        "timestamp": {
+          "description": "RFC 3339 date-time with offset.",
+          "format": "date-time",
+          "pattern": "^\\d{4}-\\d{2}-\\d{2}[Tt]\\d{2}:\\d{2}:\\d{2}(\\.\\d+)?([Zz]|[+-]\\d{2}:\\d{2})$",
+          "type": "string"
+        },
+        "type": {
+          "enum": [
+            "session.revisit.cancel"
+          ]
+        }
+      },
+      "required": [
+        "type",
+        "payload",
+        "message_id",
+        "session_id",
+        "timestamp"
+      ],
+      "title": "RevisitCancel",
+      "type": "object"
+    },
+    "RevisitCancelPayload": {
+      "description": "The client withdraws a pending revisit (an unknown or already woken id: no-op).",
+      "properties": {
+        "revisit_id": {
+          "description": "An opaque identifier.",
+          "maxLength": 256,
+          "minLength": 1,
+          "type": "string"
+        }
+      },
+      "required": [
+        "revisit_id"
+      ],
+      "title": "RevisitCancelPayload",
+      "type": "object"
+    },
+    "RevisitRequest": {
+      "description": "Wake me at a time (C; notes §17.5).",
+      "properties": {
+        "message_id": {
+          "description": "An opaque identifier.",
+          "maxLength": 256,
+          "minLength": 1,
+          "type": "string"
+        },
+        "metadata": {
+          "anyOf": [
+            {
+              "$ref": "#/$defs/Metadata"
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
+        },
+        "payload": {
+          "$ref": "#/$defs/RevisitRequestPayload"
+        },
+        "sender": {
+          "anyOf": [
+            {
+              "$ref": "#/$defs/Sender"
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
+        },
+        "seq": {
+          "anyOf": [
+            {
+              "description": "A position in the session log (dense, from 1).",
+              "minimum": 0,
+              "type": "integer"
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
+        },
+        "session_id": {
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
+          "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
+          "type": "string"
+        },
+        "timestamp": {
+          "description": "RFC 3339 date-time with offset.",
+          "format": "date-time",
+          "pattern": "^\\d{4}-\\d{2}-\\d{2}[Tt]\\d{2}:\\d{2}:\\d{2}(\\.\\d+)?([Zz]|[+-]\\d{2}:\\d{2})$",
+          "type": "string"
+        },
+        "type": {
+          "enum": [
+            "session.revisit.request"
+          ]
+        }
+      },
+      "required": [
+        "type",
+        "payload",
+        "message_id",
+        "session_id",
+        "timestamp"
+      ],
+      "title": "RevisitRequest",
+      "type": "object"
+    },
+    "RevisitRequestPayload": {
+      "description": "The client asks to be woken at ``at`` (notes §17.5); the same ``revisit_id`` again\nreschedules the pending one.",
+      "properties": {
+        "at": {
+          "description": "RFC 3339 date-time with offset.",
+          "format": "date-time",
+          "pattern": "^\\d{4}-\\d{2}-\\d{2}[Tt]\\d{2}:\\d{2}:\\d{2}(\\.\\d+)?([Zz]|[+-]\\d{2}:\\d{2})$",
+          "type": "string"
+        },
+        "reason": {
+          "anyOf": [
+            {
+              "description": "Why, for people (at most 1024).",
+              "maxLength": 1024,
+              "type": "string"
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
+        },
+        "revisit_id": {
+          "description": "An opaque identifier.",
+          "maxLength": 256,
+          "minLength": 1,
+          "type": "string"
+        }
+      },
+      "required": [
+        "revisit_id",
+        "at"
+      ],
+      "title": "RevisitRequestPayload",
       "type": "object"
     },
     "Sender": {
@@ -3305,6 +3512,118 @@ export const ANY_FRAME_SCHEMA: unknown = {
       "title": "UserMessagePayload",
       "type": "object"
     },
+    "Wake": {
+      "description": "A revisit came due (M; notes §17.5).",
+      "properties": {
+        "message_id": {
+          "description": "An opaque identifier.",
+          "maxLength": 256,
+          "minLength": 1,
+          "type": "string"
+        },
+        "metadata": {
+          "anyOf": [
+            {
+              "$ref": "#/$defs/Metadata"
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
+        },
+        "payload": {
+          "$ref": "#/$defs/WakePayload"
+        },
+        "sender": {
+          "anyOf": [
+            {
+              "$ref": "#/$defs/Sender"
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
+        },
+        "seq": {
+          "anyOf": [
+            {
+              "description": "A position in the session log (dense, from 1).",
+              "minimum": 0,
+              "type": "integer"
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
+        },
+        "session_id": {
+          "description": "A session id: 1-128 characters of A-Z a-z 0-9 . _ : - (notes §16.7).",
+          "maxLength": 128,
+          "minLength": 1,
+          "pattern": "^[A-Za-z0-9._:-]+$(?!\\n)",
+          "type": "string"
+        },
+        "timestamp": {
+          "description": "RFC 3339 date-time with offset.",
+          "format": "date-time",
+          "pattern": "^\\d{4}-\\d{2}-\\d{2}[Tt]\\d{2}:\\d{2}:\\d{2}(\\.\\d+)?([Zz]|[+-]\\d{2}:\\d{2})$",
+          "type": "string"
+        },
+        "type": {
+          "enum": [
+            "session.wake"
+          ]
+        }
+      },
+      "required": [
+        "type",
+        "payload",
+        "message_id",
+        "session_id",
+        "timestamp"
+      ],
+      "title": "Wake",
+      "type": "object"
+    },
+    "WakePayload": {
+      "description": "A revisit came due (notes §17.5): ``at`` is the time the client asked for.",
+      "properties": {
+        "at": {
+          "description": "RFC 3339 date-time with offset.",
+          "format": "date-time",
+          "pattern": "^\\d{4}-\\d{2}-\\d{2}[Tt]\\d{2}:\\d{2}:\\d{2}(\\.\\d+)?([Zz]|[+-]\\d{2}:\\d{2})$",
+          "type": "string"
+        },
+        "reason": {
+          "anyOf": [
+            {
+              "description": "Why, for people (at most 1024).",
+              "maxLength": 1024,
+              "type": "string"
+            },
+            {
+              "type": "null"
+            }
+          ],
+          "default": null
+        },
+        "revisit_id": {
+          "description": "An opaque identifier.",
+          "maxLength": 256,
+          "minLength": 1,
+          "type": "string"
+        }
+      },
+      "required": [
+        "revisit_id",
+        "at"
+      ],
+      "title": "WakePayload",
+      "type": "object"
+    },
     "Welcome": {
       "description": "The master accepts a hello (M).",
       "properties": {
@@ -3523,6 +3842,15 @@ export const ANY_FRAME_SCHEMA: unknown = {
     },
     {
       "$ref": "#/$defs/SessionStatus"
+    },
+    {
+      "$ref": "#/$defs/RevisitRequest"
+    },
+    {
+      "$ref": "#/$defs/RevisitCancel"
+    },
+    {
+      "$ref": "#/$defs/Wake"
     },
     {
       "$ref": "#/$defs/IgnorableFrame"
