@@ -510,13 +510,7 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         "## Time from due to session.wake",
         "",
-        result.get(
-            "wake_note",
-            "Not measured: wakes (notes §17.5) are not on this branch. The place for it: "
-            "10,000 wakes due in the same minute, p99 of (wake received by the attached "
-            "client − due time), aim ≤ 1 s.",
-        ),
-        "",
+        *_wake_section(),
     ]
     for r in main:
         if r.get("profile"):
@@ -524,6 +518,25 @@ def markdown(result: dict[str, Any]) -> str:
                 markdown_profile(f"cProfile of the sweep, {r['store']} store", r["profile"])
             )
     return "\n".join(lines + markdown_footer(result))
+
+
+def _wake_section() -> list[str]:
+    """The wake figures of ``bench/results/wake_due.json`` (its own run, its own command)."""
+    path = Path(__file__).resolve().parent / "results" / "wake_due.json"
+    try:
+        wake = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return [
+            "Not measured yet: `make bench ARGS=wake_due` (10,000 wakes due in the same "
+            "minute, p99 of wake received by the attached client − due time, aim ≤ 1 s).",
+            "",
+        ]
+    return [
+        f"From `bench/results/wake_due.md` ({wake['generated_at']}), reproduce with "
+        f"`{wake['command']}`:",
+        "",
+        figures_table(wake["figures"]),
+    ]
 
 
 def _ms(p: dict[str, float]) -> str:

@@ -1,11 +1,13 @@
 """Paging parameters no store can hold (``after_seq=10^30``, a huge or negative ``limit``,
 cursors that are not numbers) answer 400 ``invalid_query`` problem bodies on every HTTP read —
-the log page, the SSE stream, the AG-UI stream, the session list — never a store error, on
-memory, SQLite and Redis."""
+the log page, the SSE stream, the AG-UI stream, the session and wake lists — never a store
+error, on memory, SQLite and Redis."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -46,6 +48,11 @@ REFUSED = [
     f"/v1/sessions?limit={HUGE}",
     "/v1/sessions?limit=ten",
     "/v1/sessions?after=%00x",
+    "/v1/wakes?limit=-1",
+    f"/v1/wakes?limit={HUGE}",
+    "/v1/wakes?cursor=!!!",
+    "/v1/wakes?cursor=WzEsIDJd",  # [1, 2]: base64 JSON, not the cursor's shape
+    "/v1/wakes?cursor=WyJhIl0",  # ["a"]
 ]
 
 
@@ -87,6 +94,12 @@ async def test_paging_parameters_out_of_range_are_400_on_every_read(api_on: Api)
     top = await api_on.get(f"{EVENTS}?after_seq={2**63 - 1}&before_seq={2**63 - 1}")
     assert top.status == 200, top.text
     assert top.body["events"] == []
+    # A cursor of the right shape this API never gave (control characters, a long id) is a
+    # page (maybe empty) or a 400, never a store error.
+    for after in (["\u0000x", ""], ["s" * 4000, "w" * 4000]):
+        cursor = base64.urlsafe_b64encode(json.dumps(after).encode()).decode().rstrip("=")
+        odd = await api_on.get(f"/v1/wakes?cursor={cursor}")
+        assert odd.status in (200, 400), (odd.status, odd.text[:300])
 
 
 @pytest.mark.parametrize("value", [HUGE, PAST_INT64, "-1", "x", "1.x", "%31"])
