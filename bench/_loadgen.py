@@ -369,12 +369,12 @@ def _iso_ms(ms: int) -> str:
 
 async def role_wake(cfg: dict[str, Any], commands: Commands) -> None:
     host, port, prefix = cfg["host"], cfg["port"], cfg["prefix"]
-    count, first_ms, spread_ms = cfg["count"], cfg["first_ms"], cfg["spread_ms"]
+    count, spread_ms = cfg["count"], cfg["spread_ms"]
     gate = asyncio.Semaphore(cfg.get("concurrency", 200))
-    due = {f"r-{i}": first_ms + (spread_ms * i) // max(count, 1) for i in range(count)}
+    due: dict[str, int] = {}
     woken: dict[str, float] = {}
     all_woken = asyncio.Event()
-    conns: list[RawWS] = []
+    conns: list[tuple[int, RawWS]] = []
     failures: list[str] = []
 
     def on_message(data: bytes) -> None:
@@ -393,21 +393,13 @@ async def role_wake(cfg: dict[str, Any], commands: Commands) -> None:
                     all_woken.set()
 
     async def one(i: int) -> None:
-        sid, rid = f"{prefix}-{i}", f"r-{i}"
+        sid = f"{prefix}-{i}"
         async with gate:
             try:
                 ws, _ = await attach(
                     host, port, hello(sid, "client", API_KEY, create=True), on_message
                 )
-                request = {
-                    "type": "session.revisit.request",
-                    "message_id": f"rv-{i}",
-                    "session_id": sid,
-                    "timestamp": _iso_ms(int(time.time() * 1000)),
-                    "payload": {"revisit_id": rid, "at": _iso_ms(due[rid])},
-                }
-                ws.send_text(json.dumps(request).encode())
-                conns.append(ws)
+                conns.append((i, ws))
             except Exception as exc:
                 failures.append(repr(exc)[:200])
 
@@ -420,14 +412,28 @@ async def role_wake(cfg: dict[str, Any], commands: Commands) -> None:
         failure_examples=failures[:3],
         seconds=time.monotonic() - started,
     )
+    # Every client attached: the minute starts when the benchmark says (``go``).
+    first_ms = int((await commands.wait_for("go"))["first_ms"])
+    for i, ws in conns:
+        rid = f"r-{i}"
+        due[rid] = first_ms + (spread_ms * i) // max(count, 1)
+        request = {
+            "type": "session.revisit.request",
+            "message_id": f"rv-{i}",
+            "session_id": f"{prefix}-{i}",
+            "timestamp": _iso_ms(int(time.time() * 1000)),
+            "payload": {"revisit_id": rid, "at": _iso_ms(due[rid])},
+        }
+        ws.send_text(json.dumps(request).encode())
+    emit("requested", count=len(conns))
     stop = asyncio.ensure_future(commands.wait_for("stop"))
     done = asyncio.ensure_future(all_woken.wait())
     await asyncio.wait({stop, done}, return_when=asyncio.FIRST_COMPLETED)
     stop.cancel()
     done.cancel()
     lags = [1000 * (woken[r] - due[r] / 1000) for r in woken]
-    emit("result", woken=len(woken), lags_ms=lags, still_open=sum(1 for ws in conns if ws.open))
-    for ws in conns:
+    emit("result", woken=len(woken), lags_ms=lags, still_open=sum(1 for _, ws in conns if ws.open))
+    for _, ws in conns:
         ws.abort()
 
 
