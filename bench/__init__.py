@@ -24,6 +24,9 @@ and the load as separate, bounded processes that stop by themselves:
   able to send what a correct client never does); ``_workload`` — the frames;
 * ``_procs``, ``_profile``, ``_report`` — processes, py-spy/cProfile summaries, tables.
 
+``lifecycle`` measures what detached sessions cost (RSS, store bytes and rows) and the
+expiry sweep of windows that end at once (``--sessions N``, ``--before REF``).
+
 ``conformance_determinism`` runs the whole conformance suite against an in-process master,
 twenty times, with random delays injected into its connection handling, and reports whether
 every case kept one verdict.

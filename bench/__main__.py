@@ -91,6 +91,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--no-profile", action="store_true", help="never run the extra profiled rounds"
     )
     parser.add_argument(
+        "--sessions",
+        type=int,
+        default=None,
+        metavar="N",
+        help="lifecycle: detached sessions per store (default 10,000; --quick 2,000)",
+    )
+    parser.add_argument(
+        "--redis-sessions",
+        type=int,
+        default=None,
+        metavar="N",
+        help="lifecycle: detached sessions on Redis (default: --sessions)",
+    )
+    parser.add_argument(
         "--before", default=None, metavar="REF", help="before_after: the commit to compare with"
     )
     args = parser.parse_args(argv)

@@ -13,6 +13,11 @@ the benchmark over JSON lines: it prints ``{"event": ...}`` lines on stdout and 
 * ``latency`` — N edges that record receive time − send stamp for every frame.
 * ``idle`` — N edges (or clients that create their sessions) over many sessions that
   attach and then only read (memory benchmark).
+* ``detach`` — ``count`` clients that each create their session (``prefix-i``), wait for the
+  welcome and leave (close 1000), ``concurrency`` at a time: detached sessions, fast.
+* ``wake`` — ``count`` clients that each create their session, ask to be woken at their
+  ``at_ms`` (``session.revisit.request``), stay attached and record when each
+  ``session.wake`` arrives (wall clock), until all came or ``stop``.
 * ``churn`` — N edges that each drop every ~``period_s`` for ~``down_s`` and reattach with
   their participant id and cursor, timing each replay, then verify exact accounting
   against a dump of the session log.
@@ -319,6 +324,119 @@ async def role_idle(cfg: dict[str, Any], commands: Commands) -> None:
     emit("result", still_open=still_open, received=received[0])
 
 
+# --- detach -----------------------------------------------------------------------------
+
+
+async def role_detach(cfg: dict[str, Any], commands: Commands) -> None:
+    host, port, prefix = cfg["host"], cfg["port"], cfg["prefix"]
+    first, count = cfg.get("start", 0), cfg["count"]
+    concurrency = cfg.get("concurrency", 200)
+    failures: list[str] = []
+    done = [0]
+    next_index = iter(range(first, first + count))
+    started = time.monotonic()
+
+    async def lane() -> None:
+        for i in next_index:
+            try:
+                ws, _ = await attach(
+                    host, port, hello(f"{prefix}-{i}", "client", API_KEY, create=True)
+                )
+                await ws.close(1000, timeout=5)
+            except Exception as exc:
+                failures.append(repr(exc)[:200])
+            done[0] += 1
+            if done[0] % 10_000 == 0:
+                emit("progress", done=done[0], seconds=time.monotonic() - started)
+
+    await asyncio.gather(*(lane() for _ in range(concurrency)))
+    emit(
+        "done",
+        created=done[0] - len(failures),
+        failures=len(failures),
+        failure_examples=failures[:3],
+        seconds=time.monotonic() - started,
+    )
+
+
+# --- wake -------------------------------------------------------------------------------
+
+
+def _iso_ms(ms: int) -> str:
+    moment = time.gmtime(ms // 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", moment) + f".{ms % 1000:03d}Z"
+
+
+async def role_wake(cfg: dict[str, Any], commands: Commands) -> None:
+    host, port, prefix = cfg["host"], cfg["port"], cfg["prefix"]
+    count, spread_ms = cfg["count"], cfg["spread_ms"]
+    gate = asyncio.Semaphore(cfg.get("concurrency", 200))
+    due: dict[str, int] = {}
+    woken: dict[str, float] = {}
+    all_woken = asyncio.Event()
+    conns: list[tuple[int, RawWS]] = []
+    failures: list[str] = []
+
+    def on_message(data: bytes) -> None:
+        if b'"session.wake"' not in data:
+            return
+        now = time.time()
+        try:
+            frame = json.loads(data)
+        except ValueError:
+            return
+        if frame.get("type") == "session.wake":
+            rid = frame.get("payload", {}).get("revisit_id")
+            if rid in due and rid not in woken:
+                woken[rid] = now
+                if len(woken) == count:
+                    all_woken.set()
+
+    async def one(i: int) -> None:
+        sid = f"{prefix}-{i}"
+        async with gate:
+            try:
+                ws, _ = await attach(
+                    host, port, hello(sid, "client", API_KEY, create=True), on_message
+                )
+                conns.append((i, ws))
+            except Exception as exc:
+                failures.append(repr(exc)[:200])
+
+    started = time.monotonic()
+    await asyncio.gather(*(one(i) for i in range(count)))
+    emit(
+        "ready",
+        attached=len(conns),
+        failures=len(failures),
+        failure_examples=failures[:3],
+        seconds=time.monotonic() - started,
+    )
+    # Every client attached: the minute starts when the benchmark says (``go``).
+    first_ms = int((await commands.wait_for("go"))["first_ms"])
+    for i, ws in conns:
+        rid = f"r-{i}"
+        due[rid] = first_ms + (spread_ms * i) // max(count, 1)
+        request = {
+            "type": "session.revisit.request",
+            "message_id": f"rv-{i}",
+            "session_id": f"{prefix}-{i}",
+            "timestamp": _iso_ms(int(time.time() * 1000)),
+            "payload": {"revisit_id": rid, "at": _iso_ms(due[rid])},
+        }
+        ws.send_text(json.dumps(request).encode())
+    emit("requested", count=len(conns))
+    stop = asyncio.ensure_future(commands.wait_for("stop"))
+    done = asyncio.ensure_future(all_woken.wait())
+    await asyncio.wait({stop, done}, return_when=asyncio.FIRST_COMPLETED)
+    stop.cancel()
+    done.cancel()
+    lags = [1000 * (woken[r] - due[r] / 1000) for r in woken]
+    emit("result", woken=len(woken), lags_ms=lags, still_open=sum(1 for _, ws in conns if ws.open))
+    for _, ws in conns:
+        ws.abort()
+
+
 # --- churn ------------------------------------------------------------------------------
 
 
@@ -541,6 +659,8 @@ ROLES = {
     "latency": role_latency,
     "idle": role_idle,
     "churn": role_churn,
+    "detach": role_detach,
+    "wake": role_wake,
     "storm_attach": lambda cfg, commands: _storm("role_storm_attach", cfg, commands),
     "storm": lambda cfg, commands: _storm("role_storm", cfg, commands),
     "throughput_picows": lambda cfg, commands: _storm("role_throughput", cfg, commands),

@@ -10,7 +10,9 @@ with what benchmarks need around it:
   exclude, edges_only, message_id), ``gc`` (collect, answer RSS), ``stats`` (sessions,
   participants, slow consumers), ``snapshot NAME`` / ``diff A B TOP`` (with
   ``--tracemalloc``: Python allocations grown between two snapshots, by file:line),
-  ``profile start`` / ``profile stop PATH`` (cProfile a window, stats written to PATH), ``stop``;
+  ``profile start`` / ``profile stop PATH`` (cProfile a window, stats written to PATH),
+  ``loaded`` (sessions loaded, nothing else), ``due_all AT_MS`` (every armed reattach
+  deadline moved to AT_MS: windows that end at once, :mod:`bench.lifecycle`), ``stop``;
   stdin closing stops the master too;
 * ``--max-seconds N`` — stop by itself after N seconds whatever happens;
 * ``--experiment-no-presence`` — log no presence at all (attaches, detaches, expiries): not
@@ -120,6 +122,10 @@ async def _command(master: Master, words: list[str], stop: asyncio.Event) -> dic
         profiler.disable()
         profiler.dump_stats(words[2])
         return {"ok": "profile", "path": words[2]}
+    if words[0] == "loaded":  # cheap enough to poll while 100,000 sessions end
+        return {"ok": "loaded", "sessions": len(hub.sessions)}
+    if words[0] == "due_all":
+        return {"ok": "due_all", "moved": await _due_all(master, int(words[1]))}
     if words[0] == "stop":
         stop.set()
         return {"ok": "stop"}
@@ -147,6 +153,35 @@ async def _main(args: argparse.Namespace) -> None:
     for task in tasks:
         task.cancel()
     await master.stop()
+
+
+async def _due_all(master: Master, at_ms: int) -> int:
+    """Move every armed deadline of the store to ``at_ms``; returns how many (bench only: it
+    reaches into each backend, as no store API lists deadlines)."""
+    from relay.store.base import Deadline
+    from relay.store.memory import MemoryStore
+    from relay.store.redis.keys import DEADLINES
+    from relay.store.redis.store import RedisStore
+    from relay.store.sqlite.store import SqliteStore
+
+    store = master.store
+    if isinstance(store, MemoryStore):
+        armed = list(store._deadlines.values())
+        for d in armed:
+            moved = Deadline(session_id=d.session_id, participant_id=d.participant_id, due_ms=at_ms)
+            await store.set_deadline(moved)
+        return len(armed)
+    if isinstance(store, SqliteStore):
+        moved: int = await store._write(
+            lambda db: db.execute("UPDATE deadlines SET due_ms = ?", (at_ms,)).rowcount
+        )
+        return moved
+    if isinstance(store, RedisStore):
+        members = await store._client.zrange(DEADLINES, 0, -1)
+        for i in range(0, len(members), 5000):
+            await store._client.zadd(DEADLINES, {m: at_ms for m in members[i : i + 5000]})
+        return len(members)
+    raise RuntimeError(f"due_all: unknown store {type(store).__name__}")
 
 
 _REPO_ROOT = str(Path(__file__).resolve().parent.parent) + "/"

@@ -59,6 +59,10 @@ log = structlog.get_logger("rawp.hub")
 
 _PURGE_INTERVAL_S = 60.0  # how often archives past their retention are looked for
 _ARCHIVED_CACHED = 256  # archived sessions kept folded (the dashboard lists them often)
+# Expiries run at once at most (a sweep of windows that end together claims more as these
+# finish, not one batch per tick), and deadlines claimed per store round trip.
+_EXPIRING_AT_ONCE = 32
+_CLAIM_BATCH = 32
 
 
 def new_session_header(
@@ -118,6 +122,7 @@ class Hub:
         self._loading: dict[str, asyncio.Future[Session | None]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._deadline_task: asyncio.Task[None] | None = None
+        self._expiring: set[asyncio.Task[None]] = set()
         webhook = None
         if settings.wake_webhook and settings.wake_webhook_secret:
             webhook = WakeWebhook(settings.wake_webhook, settings.wake_webhook_secret.encode())
@@ -444,12 +449,33 @@ class Hub:
         interval = max(0.02, min(1.0, self.settings.reattach_window / 8))
         while True:
             await asyncio.sleep(interval)
-            try:
-                due = await self.store.claim_due_deadlines(int(time.time() * 1000))
-            except StoreUnavailableError:
+            await self._sweep()
+
+    async def _sweep(self) -> None:
+        """Expire every deadline due now: claimed a batch at a time while batches come back
+        full, at most :data:`_EXPIRING_AT_ONCE` expiring at once (more are claimed as they
+        finish). Windows that end together (agents gone in one outage) end in one sweep at
+        the pace the store takes, instead of one batch per tick; a claimed deadline always
+        has its expiry running, so a node that dies holds no more of them than before."""
+        now_ms = int(time.time() * 1000)
+        while True:
+            room = _EXPIRING_AT_ONCE - len(self._expiring)
+            if room <= 0:
+                await asyncio.wait(self._expiring, return_when=asyncio.FIRST_COMPLETED)
                 continue
+            limit = min(room, _CLAIM_BATCH)
+            try:
+                due = await self.store.claim_due_deadlines(now_ms, limit)
+            except StoreUnavailableError:
+                return
             for deadline in due:
-                self.spawn(self._expire(deadline))
+                task = asyncio.get_running_loop().create_task(self._expire(deadline))
+                self._tasks.add(task)
+                self._expiring.add(task)
+                task.add_done_callback(self._tasks.discard)
+                task.add_done_callback(self._expiring.discard)
+            if len(due) < limit:
+                return
 
     async def _expire(self, deadline: Deadline) -> None:
         try:

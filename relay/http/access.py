@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from typing import Final, overload
 
 from aiohttp import web
@@ -23,6 +24,7 @@ from .context import HUB, authenticate
 from .middleware import ApiError, store_unavailable
 
 __all__ = [
+    "MAX_QUERY_INT",
     "hub_of",
     "int_query",
     "loaded_session",
@@ -34,6 +36,13 @@ __all__ = [
 ]
 
 _ENDING_GRACE_S: Final = 5.0
+
+MAX_QUERY_INT: Final = 2**63 - 1
+"""The largest integer a query parameter may hold: a seq is a signed 64-bit integer in every
+store (SQLite's INTEGER; Redis stream ids), so anything larger never reaches one."""
+# ASCII digits with an optional sign, nothing else: int() would also take "１" (a full-width
+# digit), "1_000" and surrounding spaces, which no client of this API means as a number.
+_INT_TEXT: Final = re.compile(r"[+-]?[0-9]{1,40}")
 
 
 def hub_of(request: web.Request) -> Hub:
@@ -133,15 +142,20 @@ def int_query(
     minimum: int = 0,
     maximum: int | None = None,
 ) -> int | None:
-    """An integer query parameter in [minimum, maximum]; 400 ``invalid_query`` otherwise."""
+    """An integer query parameter in [minimum, maximum]; 400 ``invalid_query`` otherwise.
+
+    Without ``maximum`` the bound is :data:`MAX_QUERY_INT`: a paging parameter too large for
+    a store is the client's mistake (400), never a store error (500/503)."""
     text = request.query.get(name)
     if text is None or text == "":
         return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise ApiError(400, f"{name} must be an integer, got {text!r}", code="invalid_query")
-    if value < minimum or (maximum is not None and value > maximum):
-        bound = f"[{minimum}, {maximum}]" if maximum is not None else f">= {minimum}"
-        raise ApiError(400, f"{name} must be {bound}, got {value}", code="invalid_query")
+    if not _INT_TEXT.fullmatch(text):
+        shown = names.one_line(text[:40])
+        raise ApiError(400, f"{name} must be an integer, got {shown!r}", code="invalid_query")
+    value = int(text)
+    top = MAX_QUERY_INT if maximum is None else maximum
+    if value < minimum or value > top:
+        bound = f"[{minimum}, {maximum}]" if maximum is not None else f"[{minimum}, 2^63 - 1]"
+        shown = str(value) if len(text) <= 24 else text[:24] + "…"
+        raise ApiError(400, f"{name} must be {bound}, got {shown}", code="invalid_query")
     return value

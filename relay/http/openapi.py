@@ -234,6 +234,9 @@ class SseEvent:
     description: str
 
 
+_MAX_SEQ: Final = 2**63 - 1  # access.MAX_QUERY_INT: larger answers 400 invalid_query
+
+
 def _int(minimum: int | None = None, maximum: int | None = None) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": "integer"}
     if minimum is not None:
@@ -304,8 +307,8 @@ OPERATIONS: Final[dict[tuple[str, str], Operation]] = {
         {"200": (EventPage, _JSON, "one page of stamped frames")},
         params=(
             Param("order", {"type": "string", "enum": ["asc", "desc"]}, "default desc"),
-            Param("after_seq", _int(0), "exclusive lower bound (default 0)"),
-            Param("before_seq", _int(0), "exclusive upper bound"),
+            Param("after_seq", _int(0, _MAX_SEQ), "exclusive lower bound (default 0)"),
+            Param("before_seq", _int(0, _MAX_SEQ), "exclusive upper bound"),
             Param("limit", _int(1, 1000), "page size (default 100)"),
         ),
     ),
@@ -338,7 +341,7 @@ OPERATIONS: Final[dict[tuple[str, str], Operation]] = {
             ),
         ),
         params=(
-            Param("after_seq", _int(0), "start after this seq (default: the head)"),
+            Param("after_seq", _int(0, _MAX_SEQ), "start after this seq (default: the head)"),
             Param("access_token", {"type": "string"}, "the credential, for EventSource"),
             Param("Last-Event-ID", {"type": "string"}, "resume after this seq", "header"),
         ),

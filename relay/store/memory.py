@@ -59,6 +59,9 @@ class MemoryStore(Store):
         self._sessions: dict[str, _Session] = {}
         self._tombstones: set[str] = set()
         self._deadlines: dict[tuple[str, str], Deadline] = {}
+        # The participants with an armed deadline, by session: ending a session drops its
+        # deadlines without a scan of every deadline (a sweep of N ends N sessions).
+        self._armed: dict[str, set[str]] = {}
         # Due order for claims: (due_ms, set order, key, deadline); an item whose deadline is
         # no longer the key's (cleared, moved) is skipped when reached, and the heap is
         # rebuilt once such items outnumber the live ones. A claim then costs what it claims,
@@ -115,8 +118,7 @@ class MemoryStore(Store):
     async def delete_session(self, session_id: str) -> bool:
         self._drop_wakes(session_id)
         s = self._sessions.pop(session_id, None)
-        for key in [k for k in self._deadlines if k[0] == session_id]:
-            del self._deadlines[key]
+        self._drop_deadlines(session_id)
         if s is None:
             return False
         self._tombstones.add(session_id)
@@ -133,9 +135,12 @@ class MemoryStore(Store):
         s.header.revision += 1
         s.participants.clear()
         self._drop_wakes(session_id)
-        for key in [k for k in self._deadlines if k[0] == session_id]:
-            del self._deadlines[key]
+        self._drop_deadlines(session_id)
         return True
+
+    def _drop_deadlines(self, session_id: str) -> None:
+        for participant_id in self._armed.pop(session_id, ()):
+            self._deadlines.pop((session_id, participant_id), None)
 
     async def archived_before(self, cutoff_ms: int, limit: int = 100) -> list[str]:
         ended = sorted(
@@ -285,6 +290,7 @@ class MemoryStore(Store):
     async def set_deadline(self, deadline: Deadline) -> None:
         key = (deadline.session_id, deadline.participant_id)
         self._deadlines[key] = deadline
+        self._armed.setdefault(deadline.session_id, set()).add(deadline.participant_id)
         heapq.heappush(self._due, (deadline.due_ms, next(self._set_order), key, deadline))
         if len(self._due) > 2 * len(self._deadlines) + 64:
             self._due = [item for item in self._due if self._deadlines.get(item[2]) is item[3]]
@@ -292,6 +298,14 @@ class MemoryStore(Store):
 
     async def clear_deadline(self, session_id: str, participant_id: str) -> None:
         self._deadlines.pop((session_id, participant_id), None)
+        self._disarmed(session_id, participant_id)
+
+    def _disarmed(self, session_id: str, participant_id: str) -> None:
+        armed = self._armed.get(session_id)
+        if armed is not None:
+            armed.discard(participant_id)
+            if not armed:
+                del self._armed[session_id]
 
     async def claim_due_deadlines(self, now_ms: int, limit: int = 100) -> list[Deadline]:
         due: list[Deadline] = []
@@ -300,6 +314,7 @@ class MemoryStore(Store):
             _, _, key, deadline = heapq.heappop(heap)
             if self._deadlines.get(key) is deadline:
                 del self._deadlines[key]
+                self._disarmed(*key)
                 due.append(deadline)
         return due
 

@@ -10,6 +10,7 @@ registered case.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -38,6 +39,7 @@ import relay.session.effects
 import relay.session.history
 import relay.session.pipeline
 import relay.session.roster
+import relay.session.runs
 import relay.session.termination
 import relay.store.base
 import relay.store.memory
@@ -1210,3 +1212,69 @@ def _archived_undeletable(mp: pytest.MonkeyPatch) -> None:
         return delete_session
 
     _wrap(mp, relay.http.app, "delete_session", make)
+
+
+# --- one run at a time (notes §17.3) ----------------------------------------------------------
+
+
+@kill("notes-17.3/busy-after-hold")
+def _never_busy(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(relay.session.runs.RunGate, "busy", lambda self: False)
+
+
+@kill("notes-17.3/held-until-turn-ends")
+def _refuse_held(mp: pytest.MonkeyPatch) -> None:
+    async def commit_held(self: CommitPipeline, participant: Any, item: Any) -> None:
+        participant.send_error(relay.session.runs.busy_error(), ref_message_id=item[0].message_id)
+
+    mp.setattr(CommitPipeline, "_commit_held", commit_held)
+
+
+@kill("notes-17.3/first-edge-wins")
+def _no_about_to_start(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(
+        relay.session.runs.RunGate,
+        "busy",
+        lambda self: self.core.state.phase is Phase.TURN_OPEN,
+    )
+
+
+@kill("notes-17.3/steering-client-gets-all")
+def _no_steering(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(relay.session.runs.RunGate, "steering", lambda self: False)
+
+
+@kill("notes-17.3/held-cut-once")
+def _held_outlives_its_connection(mp: pytest.MonkeyPatch) -> None:
+    """A held message stays held when its connection is cut (and is judged as if its sender
+    were attached), and a re-send of it is not recognised. Our master guards twice (the held
+    message goes with its connection, and a re-sent id is deduplicated), so the smallest
+    change that breaks the rule touches both."""
+
+    async def release(self: Any, participant: Any, commit: Any) -> None:
+        held = participant.held
+        try:
+            while held and not self.core.terminated:
+                deadline = held[0][2]
+                await self.wait_free(deadline)
+                if self.busy() and time.monotonic() < deadline:
+                    continue
+                await commit(participant, held.popleft())
+        finally:
+            participant.releaser = None
+
+    async def commit_held(self: CommitPipeline, participant: Any, item: Any) -> None:
+        async with self.core.lock:
+            if self.core.terminated:
+                return
+            participant.releasing = item
+            cut, participant.fenced = participant.fenced, False  # judged as if still attached
+            try:
+                await self.commit_now([(participant, item[0], item[1])])
+            finally:
+                participant.releasing = None
+                participant.fenced = cut
+
+    mp.setattr(relay.session.runs.RunGate, "_release", release)
+    mp.setattr(CommitPipeline, "_commit_held", commit_held)
+    _forget_message_ids(mp)

@@ -262,3 +262,31 @@ async def test_turn_end_error_only_with_stop_reason_error(master: MasterProcess)
     error = await client.recv_type("session.error")
     assert error["payload"]["error_code"] == "invalid_frame"
     assert error["payload"]["ref_message_id"] == bad["message_id"]
+
+
+async def test_a_held_message_dies_with_a_killed_master_and_its_sender_knows(
+    master: MasterProcess,
+) -> None:
+    """The master killed (-9) while it holds a user.message for the agent's run: after the
+    restart the message is neither logged nor relayed, the sender's welcome does not name it
+    as received, and sent again it reaches the agent and the log exactly once."""
+    client, (edge,) = await session_with_edges(master, "s-held-kill")
+    await start_turn(client)
+    message = await edge.send("user.message", {"text": "held when the master dies"})
+    assert await client.no_frame(0.5)  # held for the run
+    master.kill()
+    master.spawn()
+    master.wait_ready()
+    assert message["message_id"] not in await logged_ids(master, "s-held-kill")
+    client = await Peer.open(
+        master.ws_url, "s-held-kill", token=KEY, participant_id=client.participant_id
+    )
+    edge = await Peer.open(
+        master.ws_url, "s-held-kill", role="edge", token=KEY, participant_id=edge.participant_id
+    )
+    received = edge.welcome["payload"].get("received") or {}
+    assert received.get("last_message_id") != message["message_id"]
+    await edge.send_frame(message)  # what was not received is sent again, as it was
+    got = await client.recv_until(lambda f: f.get("message_id") == message["message_id"])
+    assert [f["message_id"] for f in got].count(message["message_id"]) == 1
+    assert (await logged_ids(master, "s-held-kill")).count(message["message_id"]) == 1
