@@ -492,8 +492,8 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "--wake-webhook-secret",
         "wake_webhook_secret",
         _secret,
-        "the HMAC-SHA256 key of the wake webhook's RAWP-Signature; prefer the variable "
-        "(a flag shows in the process list)",
+        "the key that signs each wake webhook POST (HMAC with SHA256); prefer the "
+        "variable (a flag shows in the process list)",
         metavar="SECRET",
         secret=True,
     ),

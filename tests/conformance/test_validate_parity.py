@@ -10,7 +10,9 @@ sender's frames in order), or "valid" when none comes (or the frame ended the se
 master's "invalid_frame"; a welcome or any other refusal (credential, session) means the frame
 itself was valid. Both sides get the same
 bytes: the vector's session id is replaced by the fresh session's, and a ``sender`` naming the
-master is dropped (a participant cannot send as the master; the master ignores the field).
+master is dropped (a participant cannot send as the master; the master ignores the field). A
+revisit's ``at`` is moved to an hour from now: its window (60 s past to 366 days ahead) is judged
+against the master's clock, which a log validator cannot know.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import io
 import json
 import uuid
 from contextlib import redirect_stdout
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,11 @@ def _wire_text(vector: Vector, session_id: str) -> tuple[str, str]:
         sender = frame.get("sender")
         if isinstance(sender, dict) and sender.get("role") == "master":
             del frame["sender"]
+        payload = frame.get("payload")
+        revisit = frame.get("type") == "session.revisit.request"
+        if revisit and isinstance(payload, dict) and isinstance(payload.get("at"), str):
+            soon = datetime.now(UTC) + timedelta(hours=1)
+            frame["payload"] = {**payload, "at": soon.isoformat(timespec="milliseconds")}
     text = json.dumps(frame, separators=(",", ":"), ensure_ascii=False)
     old = frame.get("session_id") if isinstance(frame, dict) else None
     if isinstance(old, str) and old:
