@@ -140,6 +140,7 @@ class Hub:
             coordinator=self.cluster,
             new_lock=self.new_session_lock,
             forget=self.forget,
+            wake_unscheduled=self.wakes.unscheduled,
         )
 
     # --- plumbing ------------------------------------------------------------------------
@@ -319,7 +320,7 @@ class Hub:
             self._sessions[session_id] = session
             self.metrics.sessions.set(len(self._sessions))
             if state.pending_revisits:
-                self.spawn(self.wakes.repair(session))  # records a crash may have lost
+                self.wakes.unscheduled(session)  # records a crash may have lost
             future.set_result(session)
             return session
         except BaseException as exc:

@@ -88,6 +88,15 @@ class Wakes:
         self.lease_ms = lease_ms
         self.webhook = webhook
         self._active: set[tuple[str, str]] = set()
+        # Loaded sessions with a pending revisit whose record the store refused: repaired
+        # (every _RETRY_MS, by the sweep) until the store takes it.
+        self._unscheduled: dict[str, Session] = {}
+        self._repair_at = 0.0
+        self._repairing = False
+
+    def unscheduled(self, session: Session) -> None:
+        """A revisit of ``session`` was logged but its record refused: put it later."""
+        self._unscheduled[session.id] = session
 
     async def run(self) -> None:
         """Sweep forever (cancelled at shutdown)."""
@@ -95,6 +104,9 @@ class Wakes:
         while True:
             if not full:  # a full claim: more are due, claimed at once (a burst of wakes)
                 await asyncio.sleep(SWEEP_INTERVAL_S)
+            if self._unscheduled and not self._repairing and time.monotonic() >= self._repair_at:
+                self._repairing = True
+                self.hub.spawn(self._reschedule())
             try:
                 claimed = await self.store.claim_due_wakes(_now_ms(), self.lease_ms, _CLAIM)
             except StoreError:
@@ -214,10 +226,24 @@ class Wakes:
             why=why,
         )
 
-    async def repair(self, session: Session) -> None:
+    async def _reschedule(self) -> None:
+        """Repair every session told of by :meth:`unscheduled`; those the store still refuses
+        stay for the next try."""
+        try:
+            for session_id in list(self._unscheduled):
+                # Taken out first: a refusal while this repair runs puts it back.
+                session = self._unscheduled.pop(session_id)
+                if not session.terminated and not await self.repair(session):
+                    self._unscheduled.setdefault(session_id, session)
+        finally:
+            self._repair_at = time.monotonic() + _RETRY_MS / 1000
+            self._repairing = False
+
+    async def repair(self, session: Session) -> bool:
         """Put the records a loaded session's pending revisits lack: the request is in the log
         but its record was not written (the store refused it, or the node died between the
-        two). The log is the truth; the record only schedules it."""
+        two). The log is the truth; the record only schedules it. False when the store
+        refused (logged; :meth:`unscheduled` retries)."""
         store = self.store
         try:
             for revisit_id, pending in list(session.state.pending_revisits.items()):
@@ -239,6 +265,8 @@ class Wakes:
                 log.warning("wake_record_repaired", session_id=session.id, revisit_id=revisit_id)
         except StoreError as exc:
             log.warning("wake_repair_failed", session_id=session.id, error=str(exc))
+            return False
+        return True
 
     async def aclose(self) -> None:
         """Release the webhook sender's connections."""

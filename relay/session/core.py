@@ -65,6 +65,9 @@ class SessionDeps:
     # Drops an ended session from the node's registry (the hub's ``forget``).
     forget: Callable[[Any], None]
     presence: PresenceSteps = field(default_factory=PresenceSteps)
+    # Told of a loaded session one of whose pending revisits has no wake record (the store
+    # refused it): the hub's wake sweep puts it once the store takes writes again.
+    wake_unscheduled: Callable[[Any], None] = field(default=lambda session: None)
 
     def deadline_for(self, session_id: str, participant_id: str) -> Deadline:
         """The reattach-window deadline of a participant that detaches now."""

@@ -110,8 +110,9 @@ class Effects:
     async def _revisit(self, frame: Frame | GenericFrame) -> None:
         """Keep the store's pending wakes in step with the log (notes §17.5): a request puts
         its record (replacing the revisit's pending one), a cancel drops it. A store refusal is
-        logged: the log holds the request all the same, and the session's next load puts the
-        records its pending revisits lack (relay/wakes.py)."""
+        logged: the log holds the request all the same, and the wake sweep puts the records
+        its pending revisits lack once the store takes writes again (relay/wakes.py) — the
+        session may stay loaded, its client attached, for as long as it likes."""
         core = self.core
         try:
             if isinstance(frame, RevisitRequest):
@@ -131,6 +132,10 @@ class Effects:
         except StoreError as exc:
             core.metrics.store_errors.inc()
             log.warning("revisit_not_stored", session_id=core.id, error=str(exc))
+            if isinstance(frame, RevisitRequest):
+                # A cancel not stored is harmless (its record wakes nothing: the state says
+                # the revisit is no longer pending); a request not stored would never wake.
+                core.deps.wake_unscheduled(core)
 
     async def apply_entry(self, entry: LogEntry, *, owner: bool) -> None:
         """:meth:`apply` for an entry as the log holds it (read back, or another node's)."""

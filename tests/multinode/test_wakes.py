@@ -184,3 +184,25 @@ async def test_two_nodes_post_each_wake_once(redis_server: RedisServer, tmp_path
             assert sorted(p["session_id"] for p in posts) == [f"s-mn-hook-{i}" for i in range(10)]
     finally:
         await runner.cleanup()
+
+
+async def test_a_revisit_whose_record_the_store_refused_is_still_woken(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """A revisit logged (acked) while the store refuses its wake record is scheduled once the
+    store takes writes again, with the session still loaded and its client attached: woken
+    once, not left waiting for the session's next load."""
+    store = RedisStore(redis_server.url)
+    async with two_nodes(redis_server, tmp_path) as (a, _):
+        client = await Peer.open(a.ws_url, "s-mn-refused", token=KEY, create=True)
+        with contextlib.closing(redis_server.client()) as c:
+            c.set("rawp:{~wk}:rec", "not a hash")  # every wake script call fails (WRONGTYPE)
+            await client.send("session.revisit.request", {"revisit_id": "r1", "at": at(1.0)})
+            await asyncio.sleep(0.5)  # the request is logged, its record refused
+            c.delete("rawp:{~wk}:rec")
+        got = await client.recv_type("session.wake", timeout=10.0)
+        assert got["payload"]["revisit_id"] == "r1"
+        await asyncio.sleep(0.6)
+        assert len(await logged_wakes(store, "s-mn-refused")) == 1
+        assert Counter(f["type"] for f in client.received)["session.wake"] == 1
+    await store.close()
