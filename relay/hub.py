@@ -153,11 +153,12 @@ class Hub:
         """The reattach-window deadline of a participant that detaches now."""
         return self.session_deps.deadline_for(session_id, participant_id)
 
-    def spawn(self, coro: Any) -> None:
+    def spawn(self, coro: Any) -> asyncio.Task[Any]:
         """Run a background task owned by the hub (cancelled at shutdown)."""
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     def forget(self, session: Session) -> None:
         """Drop a session from this node's registry (deleted, or to be reloaded)."""

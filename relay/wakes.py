@@ -53,7 +53,11 @@ MAX_WEBHOOK_ATTEMPTS: Final = 40
 """Attempts of one wake's webhook before it is marked ``failed``: with the sender's backoff
 (random, up to 1 s doubled per attempt, capped at 300 s) about 80 minutes on average; a
 scheduler that was away longer still finds the wake in ``GET /v1/wakes?due=true``."""
-_CLAIM: Final = 100  # records claimed at once
+# Wakes acted on at once at most (a burst of due wakes claims more as these finish, so a
+# claimed record always has its logging running and its lease is not spent waiting), and
+# records claimed per store round trip.
+_ACTING_AT_ONCE: Final = 64
+_CLAIM: Final = 64
 _RETRY_MS: Final = 1000  # a wake the session could not take now (store down): again in 1 s
 
 
@@ -70,7 +74,7 @@ class SessionOpener(Protocol):
 
     async def open(self, session_id: str) -> Session | None: ...
 
-    def spawn(self, coro: Any) -> None: ...
+    def spawn(self, coro: Any) -> asyncio.Task[Any]: ...
 
 
 class Wakes:
@@ -88,6 +92,7 @@ class Wakes:
         self.lease_ms = lease_ms
         self.webhook = webhook
         self._active: set[tuple[str, str]] = set()
+        self._acting: set[asyncio.Task[Any]] = set()
         # Loaded sessions with a pending revisit whose record the store refused: repaired
         # (every _RETRY_MS, by the sweep) until the store takes it.
         self._unscheduled: dict[str, Session] = {}
@@ -100,25 +105,39 @@ class Wakes:
 
     async def run(self) -> None:
         """Sweep forever (cancelled at shutdown)."""
-        full = False
         while True:
-            if not full:  # a full claim: more are due, claimed at once (a burst of wakes)
-                await asyncio.sleep(SWEEP_INTERVAL_S)
+            await asyncio.sleep(SWEEP_INTERVAL_S)
             if self._unscheduled and not self._repairing and time.monotonic() >= self._repair_at:
                 self._repairing = True
                 self.hub.spawn(self._reschedule())
+            await self._sweep()
+
+    async def _sweep(self) -> None:
+        """Act on every wake due now: claimed a batch at a time while batches come back full,
+        at most :data:`_ACTING_AT_ONCE` at work at once (more are claimed as they finish).
+        Wakes due together (10,000 in the same second) are logged in one sweep at the pace
+        the store takes, not one batch per tick, and none waits out its lease unstarted."""
+        now_ms = _now_ms()
+        while True:
+            room = _ACTING_AT_ONCE - len(self._acting)
+            if room <= 0:
+                await asyncio.wait(self._acting, return_when=asyncio.FIRST_COMPLETED)
+                continue
+            limit = min(room, _CLAIM)
             try:
-                claimed = await self.store.claim_due_wakes(_now_ms(), self.lease_ms, _CLAIM)
+                claimed = await self.store.claim_due_wakes(now_ms, self.lease_ms, limit)
             except StoreError:
-                full = False
-                continue  # the store is down: the next sweep tries again
-            full = len(claimed) == _CLAIM
+                return  # the store is down: the next sweep tries again
             for record in claimed:
                 key = (record.session_id, record.wake_id)
                 if key in self._active:
                     continue  # still at work on it (a lease shorter than a slow POST)
                 self._active.add(key)
-                self.hub.spawn(self._act(record, key))
+                task = self.hub.spawn(self._act(record, key))
+                self._acting.add(task)
+                task.add_done_callback(self._acting.discard)
+            if len(claimed) < limit:
+                return
 
     async def _act(self, record: WakeRecord, key: tuple[str, str]) -> None:
         claim = record.claim or ""

@@ -47,7 +47,7 @@ class ClusterHost(Protocol):
         """Sessions loaded on this node."""
         ...
 
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> object:
         """Run a background task (cancelled at shutdown)."""
         ...
 

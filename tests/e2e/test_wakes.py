@@ -85,6 +85,32 @@ async def test_an_attached_client_is_woken_live_once(start_master: MakeMaster) -
     assert await master.store.list_wakes("default", due_only=False, after=None, limit=10) == []
 
 
+async def test_wakes_due_at_one_instant_each_reach_their_client_once(
+    start_master: MakeMaster,
+) -> None:
+    """300 revisits of three sessions due at the same instant (more than a sweep acts on at
+    once): each is logged once and reaches its attached client once."""
+    master = await start_master()
+    clients = [await open_session(master, f"s-wake-burst-{i}") for i in range(3)]
+    due = at(1.5)
+    for client in clients:
+        for r in range(100):  # a session's most pending revisits
+            await client.send("session.revisit.request", {"revisit_id": f"r{r}", "at": due})
+    for i, client in enumerate(clients):
+        woken: list[str] = []
+        while len(woken) < 100:
+            frame = await client.recv_type("session.wake", timeout=15.0)
+            woken.append(frame["payload"]["revisit_id"])
+        assert sorted(woken) == sorted(f"r{r}" for r in range(100)), i
+    await asyncio.sleep(0.6)  # several sweeps later: still once each
+    for i, client in enumerate(clients):
+        while not await client.no_frame(0.1):
+            pass  # whatever else came, read
+        assert sum(f["type"] == "session.wake" for f in client.received) == 100
+        assert len(await wakes_in(master, f"s-wake-burst-{i}")) == 100
+    assert await master.store.list_wakes("default", due_only=False, after=None, limit=10) == []
+
+
 async def test_bad_revisits_are_refused_and_nothing_is_stored(start_master: MakeMaster) -> None:
     """Past by more than 60 s or more than 366 days ahead: invalid_revisit; an edge's request or
     cancel: direction; none of them logged, no record stored."""
