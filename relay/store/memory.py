@@ -70,9 +70,16 @@ class MemoryStore(Store):
         self._set_order = itertools.count()
         self._credentials: dict[str, Credential] = {}
         self._retention = retention
-        # (session_id, wake_id) → record; a session holds at most 100 pending ones and the
-        # due ones until its client attaches, so claims scan them all.
+        # (session_id, wake_id) → record, and the wake ids of each session (its end, a cancel
+        # and a seen look at its own records only, not every session's).
         self._wakes: dict[tuple[str, str], WakeRecord] = {}
+        self._wakes_of: dict[str, set[str]] = {}
+        # Due order for claims: (due_ms, order, key), one pushed whenever a record is written
+        # with a due time; an item whose record is gone or due at another time is skipped
+        # when reached, and the heap rebuilt once such items outnumber the live ones. A claim
+        # costs what it claims, not a sort of every record (10,000 due in one minute).
+        self._wakes_due: list[tuple[int, int, tuple[str, str]]] = []
+        self._wake_order = itertools.count()
         self._claims = itertools.count(1)
 
     async def ping(self) -> bool:
@@ -112,8 +119,8 @@ class MemoryStore(Store):
             s.header.revision += 1
 
     def _drop_wakes(self, session_id: str) -> None:
-        for key in [k for k in self._wakes if k[0] == session_id]:
-            del self._wakes[key]
+        for wake_id in self._wakes_of.pop(session_id, ()):
+            self._wakes.pop((session_id, wake_id), None)
 
     async def delete_session(self, session_id: str) -> bool:
         self._drop_wakes(session_id)
@@ -318,14 +325,47 @@ class MemoryStore(Store):
                 due.append(deadline)
         return due
 
+    def _write_wake(self, record: WakeRecord) -> None:
+        """Keep ``record`` (the store's own copy), indexed by session and due time."""
+        key = (record.session_id, record.wake_id)
+        self._wakes[key] = record
+        self._wakes_of.setdefault(record.session_id, set()).add(record.wake_id)
+        if record.due_ms is not None:
+            self._push_due(record.due_ms, key)
+
+    def _push_due(self, due_ms: int, key: tuple[str, str]) -> None:
+        heapq.heappush(self._wakes_due, (due_ms, next(self._wake_order), key))
+        if len(self._wakes_due) > 2 * len(self._wakes) + 64:
+            self._wakes_due = [item for item in self._wakes_due if self._wake_due_at(item)]
+            heapq.heapify(self._wakes_due)
+
+    def _wake_due_at(self, item: tuple[int, int, tuple[str, str]]) -> bool:
+        """Is the heap item still its record's due time?"""
+        record = self._wakes.get(item[2])
+        return record is not None and record.due_ms == item[0]
+
+    def _remove_wake(self, key: tuple[str, str]) -> None:
+        del self._wakes[key]
+        ids = self._wakes_of.get(key[0])
+        if ids is not None:
+            ids.discard(key[1])
+            if not ids:
+                del self._wakes_of[key[0]]
+
+    def _session_wakes(self, session_id: str) -> list[tuple[tuple[str, str], WakeRecord]]:
+        return [
+            ((session_id, w), self._wakes[session_id, w])
+            for w in sorted(self._wakes_of.get(session_id, ()))
+        ]
+
     async def put_wake(self, record: WakeRecord) -> None:
         await self.cancel_wake(record.session_id, record.revisit_id)
-        self._wakes[record.session_id, record.wake_id] = copy.copy(record)
+        self._write_wake(copy.copy(record))
 
     async def cancel_wake(self, session_id: str, revisit_id: str) -> None:
-        for key, r in list(self._wakes.items()):
-            if key[0] == session_id and r.revisit_id == revisit_id and r.state == "pending":
-                del self._wakes[key]
+        for key, r in self._session_wakes(session_id):
+            if r.revisit_id == revisit_id and r.state == "pending":
+                self._remove_wake(key)
 
     async def get_wake(self, session_id: str, wake_id: str) -> WakeRecord | None:
         record = self._wakes.get((session_id, wake_id))
@@ -334,13 +374,20 @@ class MemoryStore(Store):
     async def claim_due_wakes(
         self, now_ms: int, lease_ms: int, limit: int = 100
     ) -> list[WakeRecord]:
-        due = sorted(
-            (r for r in self._wakes.values() if r.due_ms is not None and r.due_ms <= now_ms),
-            key=lambda r: r.due_ms or 0,
-        )[:limit]
-        for r in due:
+        due: list[WakeRecord] = []
+        taken: set[tuple[str, str]] = set()
+        heap = self._wakes_due
+        while heap and len(due) < limit and heap[0][0] <= now_ms:
+            item = heapq.heappop(heap)
+            if not self._wake_due_at(item) or item[2] in taken:
+                continue  # gone, or due at another time since (its own item is further on)
+            taken.add(item[2])
+            r = self._wakes[item[2]]
             r.claim = f"c{next(self._claims)}"
             r.due_ms = now_ms + lease_ms
+            due.append(r)
+        for r in due:  # due again once the lease runs out (pushed after: never this claim's)
+            self._push_due(now_ms + lease_ms, (r.session_id, r.wake_id))
         return [copy.copy(r) for r in due]
 
     async def settle_wake(self, record: WakeRecord, claim: str) -> bool:
@@ -350,19 +397,19 @@ class MemoryStore(Store):
             return False
         new = settled_wake(stored, record)
         if new is None:
-            del self._wakes[key]
+            self._remove_wake(key)
         else:
-            self._wakes[key] = new
+            self._write_wake(new)
         return True
 
     async def wakes_seen(self, session_id: str) -> list[WakeRecord]:
         seen = []
-        for key, r in list(self._wakes.items()):
-            if key[0] == session_id and r.state == "due":
+        for key, r in self._session_wakes(session_id):
+            if r.state == "due":
                 seen.append(copy.copy(r))
                 r.state = "done"
                 if r.webhook != "pending":
-                    del self._wakes[key]
+                    self._remove_wake(key)
         return seen
 
     async def list_wakes(

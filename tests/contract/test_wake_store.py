@@ -60,6 +60,28 @@ async def test_a_due_record_is_claimed_once_per_lease(store: Store) -> None:
     assert again[0].claim != got[0].claim
 
 
+async def test_claims_go_in_due_order_and_follow_every_move(store: Store) -> None:
+    """Many due records are claimed earliest first, ``limit`` at a time; a record settled to a
+    later time, rescheduled, cancelled or of an ended session is claimed only as it now is."""
+    s, gone = await session(store), await session(store)
+    for i in range(30):
+        await store.put_wake(wake(s, f"r{i:02}", due_ms=1000 + 10 * (29 - i)))
+    await store.put_wake(wake(gone, "rg", due_ms=500))
+    await store.delete_session(gone)
+    await store.put_wake(wake(s, "r00", due_ms=8000))  # rescheduled later
+    await store.cancel_wake(s, "r01")
+    first = await store.claim_due_wakes(2000, 100_000, 10)
+    assert [r.revisit_id for r in first] == [f"r{i:02}" for i in range(29, 19, -1)]
+    retry = msgspec.structs.replace(first[0], due_ms=5000)  # could not take it now: at 5000
+    assert first[0].claim is not None
+    assert await store.settle_wake(retry, first[0].claim)
+    rest = await store.claim_due_wakes(2000, 100_000, 100)
+    assert [r.revisit_id for r in rest] == [f"r{i:02}" for i in range(19, 1, -1)]
+    assert await store.claim_due_wakes(4999, 100_000, 100) == []
+    assert [r.revisit_id for r in await store.claim_due_wakes(5000, 100_000, 100)] == ["r29"]
+    assert [r.revisit_id for r in await store.claim_due_wakes(8000, 100_000, 100)] == ["r00"]
+
+
 async def test_only_the_claims_holder_settles(store: Store) -> None:
     """A settle naming a claim that is no longer the record's changes nothing."""
     s = await session(store)
