@@ -119,6 +119,9 @@ class Case:
     checks: str | None = None
     needs: tuple[str, ...] = ()
     uses: tuple[str, ...] = ()
+    holds_s: float = 0.0
+    """Seconds a correct master makes the case wait by rule (a held message's 3 s): added to
+    the case's deadline, so that a short ``--timeout`` still judges the rule, not the clock."""
 
     @property
     def prerequisites(self) -> tuple[str, ...]:
@@ -191,6 +194,7 @@ def case(
     checks: str | None = None,
     needs: tuple[str, ...] = (),
     uses: tuple[str, ...] = (),
+    holds_s: float = 0.0,
 ) -> Callable[[CaseBody], CaseBody]:
     """Register the decorated coroutine function as a case (see the module docstring)."""
     for name in (*([checks] if checks else []), *needs, *uses):
@@ -217,6 +221,7 @@ def case(
             checks=checks,
             needs=needs,
             uses=uses,
+            holds_s=holds_s,
         )
         return body
 

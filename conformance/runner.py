@@ -476,11 +476,12 @@ async def run_case(
     for name in case.prerequisites:
         available[name] = (await features.find(name)).present
     missing = tuple(name for name, present in available.items() if not present)
+    budget = timeout + case.holds_s
     ctx = Context(
         target=target,
         http_session=http,
         session_id=_session_id(case.id),
-        timeout=timeout,
+        timeout=budget,
         available=available,
     )
     started = time.perf_counter()
@@ -492,7 +493,7 @@ async def run_case(
         if needed:
             reasons = "; ".join(f"{n}: {features.found[n].details}" for n in needed)
             raise MissingPrerequisite(needed, f"the master lacks it ({reasons})")
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(budget):
             await case.body(ctx)
         status, details = "PASS", "; ".join(ctx.notes)
     except MissingPrerequisite as exc:
@@ -503,7 +504,7 @@ async def run_case(
     except CaseFailed as exc:
         status, details = "FAIL", str(exc)
     except TimeoutError:
-        status, details = "FAIL", f"timed out after {timeout:.1f}s"
+        status, details = "FAIL", f"timed out after {budget:.1f}s"
     except HandshakeRefused as exc:
         status, details = "FAIL", str(exc)
     except Exception as exc:  # the runner reports, it does not crash

@@ -70,6 +70,7 @@ def _refusals(frames: list[dict[str, Any]], message_id: str) -> list[dict[str, A
     level="MUST",
     description="a user.message during an open turn is held, then refused busy, never relayed",
     kill="relay an edge's user.message at once while the client's turn is open",
+    holds_s=HOLD_S,
 )
 async def busy_after_hold(ctx: Context) -> None:
     client = await ctx.client()
@@ -125,6 +126,7 @@ async def held_until_turn_ends(ctx: Context) -> None:
     level="MUST",
     description="two UIs at an idle agent: the first message is relayed, the second held, busy",
     kill="let a run that is about to start (no turn.start yet) hold no message",
+    holds_s=HOLD_S,
 )
 async def first_edge_wins(ctx: Context) -> None:
     client = await ctx.client()
@@ -169,8 +171,14 @@ async def steering_client_gets_all(ctx: Context) -> None:
     a = await one.send("user.message", {"text": f"steer one {new_id()}"})
     b = await two.send("user.message", {"text": f"steer two {new_id()}"})
     started = time.monotonic()
-    for sent in (a, b):
-        await client.recv_id(sent["message_id"], what="a user.message to the steering client")
+    # Two senders' frames have no order between them: take both, whichever comes first.
+    pending = {a["message_id"], b["message_id"]}
+
+    def both_arrived(frame: dict[str, Any]) -> bool:
+        pending.discard(frame.get("message_id"))
+        return not pending
+
+    await client.recv_until(both_arrived, what="both user.messages to the steering client")
     waited = time.monotonic() - started
     expect(
         waited < HELD_AT_LEAST_S,
