@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TextIO
 
+from protocol.names import text_body
+
 from .runner import STATUSES, Prerequisite, Result, Target, verdict
 
 __all__ = [
@@ -291,7 +293,8 @@ class Report:
             if r.status != "PASS":
                 out = ET.SubElement(testcase, "system-out")
                 warn = f"WARN (SHOULD not met): {r.details}\n" if r.status == "WARN" else ""
-                out.text = f"{warn}wire transcript:\n{r.transcript.to_text()}"
+                # frames as the master sent them: no control character XML cannot hold
+                out.text = text_body(f"{warn}wire transcript:\n{r.transcript.to_text()}")
             if r.stale:
                 out = ET.SubElement(testcase, "system-err")
                 out.text = "stale expected failure: this case passes now"

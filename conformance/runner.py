@@ -29,6 +29,8 @@ from typing import Any, Final, Literal, TypeAlias
 
 import aiohttp
 
+from protocol.names import one_line
+
 from .case import FEATURES, Case, CaseFailed, CaseSkipped, Feature
 from .peer import HandshakeRefused, Peer
 from .transcript import Transcript
@@ -449,7 +451,7 @@ class Features:
         found = Prerequisite(
             feature=FEATURES[name],
             present=present,
-            details=details,
+            details=one_line(details),  # may quote the master: inert in every report
             transcript=ctx.transcript,
             duration_s=time.perf_counter() - started,
         )
@@ -516,6 +518,7 @@ async def run_case(
             pass
     if status == "FAIL" and case.level == "SHOULD":
         status = "WARN"
+    details = one_line(details)  # it may quote the master: inert in every report
     if status != "PASS" and details:
         ctx.transcript.add("runner", "note", f"verdict {status}: {details}")
     return Result(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import xml.etree.ElementTree as ET
@@ -188,3 +189,46 @@ async def test_skipped_musts_are_counted_not_called_passed(tmp_path: Path) -> No
     assert "give --timeout 1" in skipped  # 120 s window: --timeout 12x or more
     assert "rawp serve --reattach-window" in skipped
     assert json.loads(report.read_text())["summary"]["must_skipped"] == 1
+
+
+async def test_what_a_case_quotes_from_the_master_is_inert_in_every_report(
+    start_master: StartMaster, tmp_path: Path
+) -> None:
+    """A failure's details that quote the master's text (terminal escapes, CR/LF, a NUL) reach
+    the terminal, the summary and the JUnit file escaped: no fake line, valid XML."""
+    import aiohttp
+
+    from conformance.case import Case, CaseFailed
+    from conformance.report import Progress, Report
+    from conformance.runner import Context, Target, run_case
+
+    hostile = "\x1b[2J\x1b[1;32m[1/1] PASS\x00\r\nall 117 cases passed"
+
+    async def quotes_the_master(ctx: Context) -> None:
+        raise CaseFailed(f"the master said {hostile}")
+
+    case = Case(
+        id="notes-5/hostile-details",
+        level="MUST",
+        description="quotes the master",
+        kill="-",
+        body=quotes_the_master,
+        spec="rawp-notes §5",
+    )
+    master = await start_master()
+    target = Target(ws_url=master.ws_url, http_url=master.http_url, api_key=API_KEY)
+    async with aiohttp.ClientSession() as http:
+        result = await run_case(case, target, http, timeout=3.0)
+    assert result.status == "FAIL"
+    out = io.StringIO()
+    Progress(out)(1, 1, result)
+    report = Report(
+        target=target, results=[result], started_at=dt.datetime.now(dt.UTC), duration_s=0.1
+    )
+    text = out.getvalue() + report.summary()
+    assert not any(ch in text for ch in "\x1b\x00\r"), text
+    assert "all 117 cases passed" in text
+    assert "\nall 117" not in text
+    junit = tmp_path / "report.xml"
+    report.write_junit(junit)
+    ET.parse(junit)  # well-formed: no raw control character
