@@ -63,8 +63,8 @@ class Termination:
                 for q in core.participants.values():
                     q.outbox.put(data)
         self.end_here()
+        kind, text = ending_notice(reason, deleted_by, window_ms)
         try:
-            kind, text = ending_notice(reason, deleted_by, window_ms)
             await self.close_participants(f"session ended: {text}" if kind == "ended" else text)
             with contextlib.suppress(StoreUnavailableError):
                 # expiry and fatal errors archive, deletions purge (notes §16.1)
@@ -73,7 +73,9 @@ class Termination:
             core.deps.forget(core)
         finally:
             core.ended.set()
-        log.info("session_deleted", session_id=core.id, reason=reason, deleted_by=deleted_by)
+        # An expiry or a fatal error ends (archives) a session; only a deletion deletes it.
+        event = "session_ended" if kind == "ended" else "session_deleted"
+        log.info(event, session_id=core.id, reason=reason, by=deleted_by)
 
     def end_here(self) -> None:
         """Accept nothing more: the worker ends, a submitter waiting for space returns."""
